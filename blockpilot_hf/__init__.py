@@ -1,1 +1,8 @@
-"""blockpilot-hf."""
+"""blockpilot-hf: lossless DFlash block speculative decoding for transformers, with learned block sizes."""
+
+from .decoding.stats import GenerationStats, StepRecord
+from .drafter import DFlashConfig, DFlashDrafter
+from .generation import BlockPilotGenerateOutput, enable
+
+__all__ = ["BlockPilotGenerateOutput", "DFlashConfig", "DFlashDrafter", "GenerationStats", "StepRecord", "enable"]
+__version__ = "0.1.0"

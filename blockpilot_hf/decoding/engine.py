@@ -1,0 +1,185 @@
+"""The DFlash decoding loop for one request: prefill, then draft a block, verify it, commit, crop, repeat.
+
+    tokens, stats = speculative_generate(target, drafter, input_ids, block_size=8,
+                                         logits_processor=..., stopping_criteria=..., do_sample=False)
+
+Losslessness: every committed token is the target's own choice (argmax, or a sample of its processed
+distribution) given exactly the prefix it is committed after; drafts only decide how many of those choices one
+target forward can confirm. Stopping criteria run token by token, so EOS / stop strings / max length cut at the
+same token as plain `generate`.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
+
+from .acceptance import accept_greedy, accept_point_mass, accept_rejection
+from .stats import GenerationStats, StepRecord
+
+
+@dataclass
+class Prefill:
+    """What the target computed on the prompt; a block-size policy reads only this (no extra forward)."""
+
+    input_ids: torch.Tensor  # (1, T)
+    logits: torch.Tensor  # (1, V) raw logits of the last prompt position
+    last_hidden: torch.Tensor  # (1, H) final (normed) hidden state of the last prompt position
+    context: torch.Tensor  # (1, T, n*H) the drafter's context features of the prompt
+
+
+BlockChooser = Callable[[Prefill], int]
+
+
+@dataclass
+class _Sequence:
+    """Committed tokens in a preallocated buffer, plus the stop bookkeeping shared by every commit."""
+
+    buffer: torch.Tensor  # (1, max_length)
+    length: int
+    stopping: StoppingCriteriaList
+    streamer: object | None
+    done: bool = False
+
+    @property
+    def ids(self) -> torch.Tensor:
+        return self.buffer[:, : self.length]
+
+    def commit(self, tokens: list[int]) -> int:
+        """Append tokens one at a time until a stopping criterion fires; return how many were kept."""
+        for kept, token in enumerate(tokens, start=1):
+            self.buffer[0, self.length] = token
+            self.length += 1
+            if self.streamer is not None:
+                self.streamer.put(self.buffer[:, self.length - 1].cpu())
+            if bool(self.stopping(self.ids, None).any()):
+                self.done = True
+                return kept
+        return len(tokens)
+
+
+def _sync(device: torch.device) -> float:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] | None, keep: int):
+    """One target pass over `ids` (1, K) after `cache`; returns float32 logits (K', V) and the hidden states."""
+    out = target(
+        input_ids=ids, cache=cache, use_cache=True, output_hidden_states=hidden_indices or False, logits_to_keep=keep
+    )
+    return out.logits[0].float(), out.hidden_states
+
+
+def speculative_generate(
+    target,
+    drafter,
+    input_ids: torch.Tensor,
+    *,
+    block_size: int | BlockChooser,
+    logits_processor: LogitsProcessorList,
+    stopping_criteria: StoppingCriteriaList,
+    max_length: int,
+    do_sample: bool,
+    draft_sampling: bool = False,
+    streamer=None,
+    policy_name: str = "fixed",
+    generator: torch.Generator | None = None,
+) -> tuple[torch.Tensor, GenerationStats]:
+    """Generate for one row `input_ids` (1, T); returns the full sequence (1, T + new) and its statistics.
+
+    `block_size` is an int or a callable that picks one from the `Prefill` (BlockPilot). Block size 1 is
+    plain decoding with no drafter pass. `draft_sampling` samples drafts from the drafter and uses rejection
+    sampling; the default drafts argmax tokens and accepts them with the exact point-mass rule.
+    """
+    device = input_ids.device
+    start = _sync(device)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    final_index = target.config.get_text_config().num_hidden_layers
+    seq = _Sequence(torch.empty((1, max_length), dtype=input_ids.dtype, device=device), 0, stopping_criteria, streamer)
+    seq.buffer[:, : input_ids.shape[1]] = input_ids
+    seq.length = input_ids.shape[1]
+    if streamer is not None:
+        streamer.put(input_ids.cpu())
+
+    # 1. Prefill: the prompt's logits, the drafter's context features and the final hidden state, in one pass.
+    target_cache = DynamicCache(config=target.config)
+    logits, hidden = _target_forward(target, input_ids, target_cache, drafter.hidden_state_indices + [final_index], keep=1)
+    prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
+    policy_start = time.perf_counter()
+    chosen = block_size(prefill) if callable(block_size) else block_size
+    stats = GenerationStats(chosen, policy_name, input_ids.shape[1], policy_time=time.perf_counter() - policy_start)
+    context = prefill.context
+    score = _scorer(logits_processor, seq)
+    first = accept_point_mass([], lambda i, c: score(logits[0], c), do_sample, generator)
+    seq.commit(first)
+    stats.prefill_time = _sync(device) - start
+    drafter_cache = DynamicCache(config=drafter.config)
+    want_hidden = drafter.hidden_state_indices if chosen > 1 else None
+
+    while not seq.done:
+        k = min(chosen, max_length - seq.length)  # never verify past the length limit
+        anchor = seq.ids[:, -1:]
+        # 2. Draft k-1 tokens in one drafter pass (none for k == 1: plain decoding).
+        t0 = _sync(device)
+        if k > 1:
+            draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
+            drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
+        else:
+            drafts, q = [], None
+        t1 = _sync(device)
+        # 3. Verify anchor + drafts in one target pass.
+        block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
+        logits, hidden = _target_forward(target, block, target_cache, want_hidden if k > 1 else None, keep=0)
+        # 4. Accept: the target's own tokens, as many as the drafts predicted.
+        if q is not None:
+            committed = accept_rejection(drafts, q, lambda i, c: score(logits[i], c), generator)
+        elif not do_sample and not logits_processor:
+            committed = accept_greedy(torch.tensor(drafts, device=device), logits)
+        else:
+            committed = accept_point_mass(drafts, lambda i, c: score(logits[i], c), do_sample, generator)
+        t2 = _sync(device)
+        # 5. Commit (stopping criteria token by token), then crop the target cache to the committed prefix.
+        accepted = len(committed) - 1
+        kept = seq.commit(committed)
+        target_cache.crop(-(k - 1 - accepted))
+        if k > 1:
+            context = drafter.context_features(hidden)[:, : accepted + 1]
+        stats.steps.append(StepRecord(k, accepted, kept, t1 - t0, t2 - t1))
+
+    stats.new_tokens = seq.length - input_ids.shape[1]
+    stats.total_time = _sync(device) - start
+    if streamer is not None:
+        streamer.end()
+    return seq.ids.clone(), stats
+
+
+def _scorer(logits_processor: LogitsProcessorList, seq: _Sequence):
+    """Processed scores for a position whose prefix is the committed sequence plus `pending` tokens."""
+
+    def score(logits: torch.Tensor, pending: list[int]) -> torch.Tensor:
+        if not logits_processor:
+            return logits
+        prefix = seq.ids
+        if pending:
+            prefix = torch.cat([prefix, torch.tensor([pending], dtype=prefix.dtype, device=prefix.device)], dim=1)
+        return logits_processor(prefix, logits[None])[0]
+
+    return score
+
+
+def _propose(draft_logits: torch.Tensor, score, sample: bool, generator) -> tuple[list[int], torch.Tensor | None]:
+    """Draft tokens from (k-1, V) logits: argmax (point-mass proposal), or samples with their processed q."""
+    if not sample:
+        return draft_logits.argmax(dim=-1).tolist(), None
+    drafts: list[int] = []
+    q = torch.empty_like(draft_logits)
+    for i in range(draft_logits.shape[0]):
+        q[i] = torch.softmax(score(draft_logits[i], drafts), dim=-1)
+        drafts.append(int(torch.multinomial(q[i], 1, generator=generator)))
+    return drafts, q

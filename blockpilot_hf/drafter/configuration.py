@@ -1,0 +1,86 @@
+"""`DFlashConfig`: a Qwen3 layer stack plus the fields that tie a DFlash drafter to its target."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from huggingface_hub.dataclasses import strict
+from transformers import Qwen3Config
+
+DFLASH_FIELDS = ("block_size", "mask_token_id", "target_layer_ids", "num_target_layers", "input_embedding_scale")
+
+
+def default_target_layer_ids(num_target_layers: int, num_ids: int) -> list[int]:
+    """Evenly spaced layer ids from 1 to L-3 (DFlash's default); a single id reads the middle layer."""
+    if num_ids == 1:
+        return [num_target_layers // 2]
+    start, end = 1, num_target_layers - 3
+    return [round(start + i * (end - start) / (num_ids - 1)) for i in range(num_ids)]
+
+
+@strict
+class DFlashConfig(Qwen3Config):
+    r"""
+    Configuration of a DFlash block-diffusion drafter.
+
+    The drafter is a short stack of Qwen3 decoder layers with "KV injection": the keys and values of every layer
+    see projected hidden states of the target (read from `target_layer_ids`) before the block being drafted.
+    It has no embeddings and no LM head of its own; it borrows the target's.
+
+    block_size (`int`): block length the drafter was trained with; the default inference block size.
+    mask_token_id (`int`): id of the target embedding row used for the still-unknown block positions.
+    target_layer_ids (`list[int]`): target decoder layers (0-based) whose outputs form the context features.
+    num_target_layers (`int`): depth of the target the drafter was made for (checked against the target).
+    input_embedding_scale (`float`): multiplier applied to the block's input embeddings.
+    target_model_id (`str`): Hub id or path of the target, recorded for model cards and mismatch warnings.
+    """
+
+    model_type = "dflash"
+
+    block_size: int = 16
+    mask_token_id: int | None = None
+    target_layer_ids: list[int] | None = None
+    num_target_layers: int | None = None
+    input_embedding_scale: float = 1.0
+    target_model_id: str | None = None
+
+    def __post_init__(self, **kwargs):
+        if self.target_layer_ids is None and self.num_target_layers is not None:
+            self.target_layer_ids = default_target_layer_ids(self.num_target_layers, self.num_hidden_layers)
+        super().__post_init__(**kwargs)
+        self.validate_dflash()
+
+    def validate_dflash(self) -> None:
+        """Reject configurations a drafter cannot run with, naming the field to fix."""
+        if self.block_size < 2:
+            raise ValueError(f"DFlashConfig.block_size must be >= 2 (an anchor plus at least one draft), got {self.block_size}.")
+        if not self.target_layer_ids:
+            raise ValueError("DFlashConfig needs `target_layer_ids` (or `num_target_layers` to derive them).")
+        if self.num_target_layers is not None and max(self.target_layer_ids) >= self.num_target_layers:
+            raise ValueError(
+                f"target_layer_ids {self.target_layer_ids} reach beyond the target's {self.num_target_layers} layers."
+            )
+
+    @property
+    def num_context_layers(self) -> int:
+        return len(self.target_layer_ids)
+
+    @classmethod
+    def from_zlab_dict(cls, config: dict[str, Any]) -> DFlashConfig:
+        """Build a config from a z-lab checkpoint's config.json (`model_type: qwen3` with a `dflash_config` block)."""
+        config = dict(config)
+        dflash = dict(config.pop("dflash_config", None) or {})
+        for key in ("architectures", "auto_map", "model_type", "transformers_version"):
+            config.pop(key, None)
+        # Newer files may repeat block_size inside dflash_config; that one wins.
+        for key in DFLASH_FIELDS:
+            if key in dflash:
+                config[key] = dflash[key]
+        config.pop("dtype", None)
+        config.pop("torch_dtype", None)
+        return cls(**config)
+
+
+def is_zlab_config(config: dict[str, Any]) -> bool:
+    """True for z-lab's format: a Qwen3 config carrying `dflash_config` (written for remote code)."""
+    return config.get("model_type") != DFlashConfig.model_type and "dflash_config" in config

@@ -1,0 +1,118 @@
+"""`enable(model)`: `model.generate` gains `block_size` / `block_policy` and runs our engine for a DFlash drafter.
+
+Integration goes through transformers' own `generate` with a callable `custom_generate`, so input preparation,
+generation-config merging, logits processors and stopping criteria are exactly those of plain `generate`.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+from transformers import StoppingCriteriaList, StopStringCriteria
+from transformers.generation.utils import GenerateDecoderOnlyOutput
+
+from .decoding.engine import speculative_generate
+from .decoding.stats import GenerationStats
+from .drafter import DFlashDrafter
+from .policy.resolve import resolve_block_policy
+from .validation import check_compatible, check_generation_config, strip_left_padding
+
+_ENABLED = "_blockpilot_original_generate"
+
+
+@dataclass
+class BlockPilotGenerateOutput(GenerateDecoderOnlyOutput):
+    """`GenerateDecoderOnlyOutput` plus `blockpilot`: the per-request `GenerationStats`."""
+
+    blockpilot: GenerationStats | None = None
+
+
+def enable(model):
+    """Return `model` (the same object) with a `generate` that accepts a `DFlashDrafter` as `assistant_model`,
+    plus `block_size`, `block_policy` and `draft_sampling`. Without a DFlash assistant it is plain `generate`."""
+    if hasattr(model, _ENABLED):
+        return model
+    original = model.generate
+    setattr(model, _ENABLED, original)
+
+    @functools.wraps(original)
+    def generate(*args, assistant_model=None, block_size=None, block_policy=None, draft_sampling=False, streamer=None, **kwargs):
+        if not isinstance(assistant_model, DFlashDrafter):
+            if block_size is not None or block_policy is not None:
+                raise ValueError("`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`.")
+            return original(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
+        if kwargs.get("speculation_type") == "dflash":
+            return _generate_in_tree(original, args, assistant_model, block_size, block_policy, streamer, kwargs)
+        return original(
+            *args,
+            custom_generate=dflash_decoding,
+            blockpilot_drafter=assistant_model,
+            blockpilot_block_size=block_size,
+            blockpilot_block_policy=block_policy,
+            blockpilot_draft_sampling=draft_sampling,
+            blockpilot_streamer=streamer,
+            blockpilot_tokenizer=kwargs.pop("tokenizer", None),
+            blockpilot_stop_strings=kwargs.pop("stop_strings", None),
+            **kwargs,
+        )
+
+    model.generate = generate
+    return model
+
+
+def _generate_in_tree(original, args, drafter, block_size, block_policy, streamer, kwargs):
+    """transformers' own DFlash loop (`speculation_type="dflash"`), optionally at a given fixed block size."""
+    if block_policy is not None:
+        raise ValueError("`block_policy` runs on blockpilot's engine only; drop `speculation_type='dflash'` to use it.")
+    trained = drafter.config.block_size
+    drafter.config.block_size = block_size or trained
+    try:
+        return original(*args, assistant_model=drafter, streamer=streamer, **kwargs)
+    finally:
+        drafter.config.block_size = trained
+
+
+def dflash_decoding(
+    model,
+    input_ids: torch.LongTensor,
+    logits_processor,
+    stopping_criteria: StoppingCriteriaList,
+    generation_config,
+    blockpilot_drafter: DFlashDrafter,
+    blockpilot_block_size=None,
+    blockpilot_block_policy=None,
+    blockpilot_draft_sampling: bool = False,
+    blockpilot_streamer=None,
+    blockpilot_tokenizer=None,
+    blockpilot_stop_strings=None,
+    **model_kwargs,
+):
+    """The decoding method transformers calls after preparing inputs (`custom_generate` callable contract)."""
+    drafter = blockpilot_drafter
+    check_generation_config(generation_config, input_ids)
+    check_compatible(model, drafter)
+    input_ids, padding = strip_left_padding(input_ids, model_kwargs.get("attention_mask"))
+    if blockpilot_stop_strings:
+        if blockpilot_tokenizer is None:
+            raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
+        stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
+    block, name = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
+    sequences, stats = speculative_generate(
+        model,
+        drafter,
+        input_ids,
+        block_size=block,
+        policy_name=name,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        max_length=generation_config.max_length - padding.shape[1],
+        do_sample=bool(generation_config.do_sample),
+        draft_sampling=blockpilot_draft_sampling,
+        streamer=blockpilot_streamer,
+    )
+    sequences = torch.cat([padding, sequences], dim=1)
+    if generation_config.return_dict_in_generate:
+        return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)
+    return sequences
