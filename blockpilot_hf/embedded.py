@@ -86,3 +86,16 @@ def load_embedded(dtype=None):
     drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR, dtype=target.dtype)
     policy = BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR) if (EMBEDDED_POLICY_DIR / "config.json").is_file() else None
     return enable(target), tokenizer, drafter, policy
+
+
+EMBEDDED_NAMES = ("smollm2", "embedded", SMOLLM2_ID)
+
+
+def load_target(name_or_path: str = "smollm2", dtype=None):
+    """(model, tokenizer) for a target: the embedded SmolLM2 by name, else any causal LM folder or Hub id."""
+    if name_or_path in EMBEDDED_NAMES:
+        return load_smollm2(dtype)
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype or "auto")
+    return model.eval(), AutoTokenizer.from_pretrained(name_or_path)
