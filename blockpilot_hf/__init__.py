@@ -3,6 +3,16 @@
 from .decoding.stats import GenerationStats, StepRecord
 from .drafter import DFlashConfig, DFlashDrafter
 from .generation import BlockPilotGenerateOutput, enable
+from .policy import BlockPolicy, BlockPolicyConfig
 
-__all__ = ["BlockPilotGenerateOutput", "DFlashConfig", "DFlashDrafter", "GenerationStats", "StepRecord", "enable"]
+__all__ = [
+    "BlockPilotGenerateOutput",
+    "BlockPolicy",
+    "BlockPolicyConfig",
+    "DFlashConfig",
+    "DFlashDrafter",
+    "GenerationStats",
+    "StepRecord",
+    "enable",
+]
 __version__ = "0.1.0"

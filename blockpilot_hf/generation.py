@@ -38,28 +38,40 @@ def enable(model):
     setattr(model, _ENABLED, original)
 
     @functools.wraps(original)
-    def generate(*args, assistant_model=None, block_size=None, block_policy=None, draft_sampling=False, streamer=None, **kwargs):
-        if not isinstance(assistant_model, DFlashDrafter):
-            if block_size is not None or block_policy is not None:
-                raise ValueError("`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`.")
-            return original(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
-        if kwargs.get("speculation_type") == "dflash":
-            return _generate_in_tree(original, args, assistant_model, block_size, block_policy, streamer, kwargs)
-        return original(
-            *args,
-            custom_generate=dflash_decoding,
-            blockpilot_drafter=assistant_model,
-            blockpilot_block_size=block_size,
-            blockpilot_block_policy=block_policy,
-            blockpilot_draft_sampling=draft_sampling,
-            blockpilot_streamer=streamer,
-            blockpilot_tokenizer=kwargs.pop("tokenizer", None),
-            blockpilot_stop_strings=kwargs.pop("stop_strings", None),
-            **kwargs,
-        )
+    def generate(*args, **kwargs):
+        return generate_with_drafter(original, *args, **kwargs)
 
     model.generate = generate
     return model
+
+
+def generate_with_drafter(
+    generate, *args, assistant_model=None, block_size=None, block_policy=None, draft_sampling=False, streamer=None,
+    **kwargs,
+):
+    """Call `generate` (transformers' own, bound to the target), routing a `DFlashDrafter` assistant to our engine.
+
+    Shared by `enable()`'s wrapper and the Hub `custom_generate` entry point (hub_cards/custom_generate), so both
+    accept the same arguments. Any other assistant, or none, goes to `generate` untouched.
+    """
+    if not isinstance(assistant_model, DFlashDrafter):
+        if block_size is not None or block_policy is not None:
+            raise ValueError("`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`.")
+        return generate(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
+    if kwargs.get("speculation_type") == "dflash":
+        return _generate_in_tree(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
+    return generate(
+        *args,
+        custom_generate=dflash_decoding,
+        blockpilot_drafter=assistant_model,
+        blockpilot_block_size=block_size,
+        blockpilot_block_policy=block_policy,
+        blockpilot_draft_sampling=draft_sampling,
+        blockpilot_streamer=streamer,
+        blockpilot_tokenizer=kwargs.pop("tokenizer", None),
+        blockpilot_stop_strings=kwargs.pop("stop_strings", None),
+        **kwargs,
+    )
 
 
 def _generate_in_tree(original, args, drafter, block_size, block_policy, streamer, kwargs):
@@ -107,12 +119,12 @@ def dflash_decoding(
         policy_name=name,
         logits_processor=logits_processor,
         stopping_criteria=stopping_criteria,
-        max_length=generation_config.max_length - padding.shape[1],
+        max_length=generation_config.max_length,
         do_sample=bool(generation_config.do_sample),
         draft_sampling=blockpilot_draft_sampling,
         streamer=blockpilot_streamer,
+        padding=padding,
     )
-    sequences = torch.cat([padding, sequences], dim=1)
     if generation_config.return_dict_in_generate:
         return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)
     return sequences

@@ -90,8 +90,13 @@ def speculative_generate(
     streamer=None,
     policy_name: str = "fixed",
     generator: torch.Generator | None = None,
+    padding: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, GenerationStats]:
-    """Generate for one row `input_ids` (1, T); returns the full sequence (1, T + new) and its statistics.
+    """Generate for one row `input_ids` (1, T); returns the full sequence (1, P + T + new) and its statistics.
+
+    `padding` (1, P): left padding that plain `generate` keeps in the sequence its logits processors, stopping
+    criteria and streamer see (so `min_new_tokens`, repetition penalty and `max_length` count it), but that the
+    models never attend to; it is never fed to them here. `max_length` counts it too.
 
     `block_size` is an int or a callable that picks one from the `Prefill` (BlockPilot). Block size 1 is
     plain decoding with no drafter pass. `draft_sampling` samples drafts from the drafter and uses rejection
@@ -101,11 +106,12 @@ def speculative_generate(
     start = _sync(device)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     final_index = target.config.get_text_config().num_hidden_layers
+    prompt = input_ids if padding is None else torch.cat([padding, input_ids], dim=1)  # (1, P + T)
     seq = _Sequence(torch.empty((1, max_length), dtype=input_ids.dtype, device=device), 0, stopping_criteria, streamer)
-    seq.buffer[:, : input_ids.shape[1]] = input_ids
-    seq.length = input_ids.shape[1]
+    seq.buffer[:, : prompt.shape[1]] = prompt
+    seq.length = prompt.shape[1]
     if streamer is not None:
-        streamer.put(input_ids.cpu())
+        streamer.put(prompt.cpu())
 
     # 1. Prefill: the prompt's logits, the drafter's context features and the final hidden state, in one pass.
     target_cache = DynamicCache(config=target.config)
@@ -152,7 +158,7 @@ def speculative_generate(
             context = drafter.context_features(hidden)[:, : accepted + 1]
         stats.steps.append(StepRecord(k, accepted, kept, t1 - t0, t2 - t1))
 
-    stats.new_tokens = seq.length - input_ids.shape[1]
+    stats.new_tokens = seq.length - prompt.shape[1]
     stats.total_time = _sync(device) - start
     if streamer is not None:
         streamer.end()

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
+from safetensors import SafetensorError
 from torch import nn
 from transformers import PreTrainedModel
 from transformers.cache_utils import Cache
@@ -63,19 +64,31 @@ class DFlashAttention(nn.Module):
         attention_mask: torch.Tensor | None,
         cache: Cache | None,
     ) -> torch.Tensor:
-        """hidden_states (B, K, H) normed block; context (B, C, H) projected target features (not normed here)."""
+        """hidden_states (B, K, H) normed block; context (Bc, C, H) projected target features (not normed here).
+
+        Bc is B, or 1 when many blocks of one sequence share its context (training packs blocks this way).
+        """
         B, K, _ = hidden_states.shape
-        kv_input = torch.cat([context, hidden_states], dim=1)  # (B, C+K, H)
-        q = self.q_norm(self.q_proj(hidden_states).view(B, K, -1, self.head_dim)).transpose(1, 2)  # (B, nh, K, d)
-        k = self.k_norm(self.k_proj(kv_input).view(B, kv_input.shape[1], -1, self.head_dim)).transpose(1, 2)  # (B, nkv, C+K, d)
-        v = self.v_proj(kv_input).view(B, kv_input.shape[1], -1, self.head_dim).transpose(1, 2)
+        Bc, C, _ = context.shape
         cos, sin = position_embeddings  # (B, C+K, d): positions of the new context, then of the block
-        q, k = _rotate(q, cos[:, -K:], sin[:, -K:]), _rotate(k, cos, sin)
+        q = self.q_norm(self.q_proj(hidden_states).view(B, K, -1, self.head_dim)).transpose(1, 2)  # (B, nh, K, d)
+        q = _rotate(q, cos[:, C:], sin[:, C:])
+        k_block, v_block = self._kv(hidden_states, cos[:, C:], sin[:, C:])  # (B, nkv, K, d)
+        k_ctx, v_ctx = self._kv(context, cos[:Bc, :C], sin[:Bc, :C])  # (Bc, nkv, C, d)
+        k = torch.cat([k_ctx.expand(B, -1, -1, -1), k_block], dim=2)  # (B, nkv, C+K, d)
+        v = torch.cat([v_ctx.expand(B, -1, -1, -1), v_block], dim=2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
         attend: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
         out, _ = attend(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling, is_causal=False)
         return self.o_proj(out.reshape(B, K, -1))
+
+    def _kv(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rotated, normed keys and values of x (B, T, H): two (B, nkv, T, d) tensors."""
+        B, T, _ = x.shape
+        k = self.k_norm(self.k_proj(x).view(B, T, -1, self.head_dim)).transpose(1, 2)
+        v = self.v_proj(x).view(B, T, -1, self.head_dim).transpose(1, 2)
+        return _rotate(k, cos, sin), v
 
 
 class DFlashDecoderLayer(nn.Module):
@@ -145,7 +158,7 @@ class DFlashDrafter(DFlashPreTrainedModel):
         want_info = kwargs.pop("output_loading_info", False)
         try:
             model, info = super().from_pretrained(folder, *model_args, config=config, output_loading_info=True, **kwargs)
-        except (OSError, RuntimeError, ValueError) as err:
+        except (OSError, RuntimeError, ValueError, SafetensorError) as err:  # a truncated file raises the last
             raise OSError(f"Could not load DFlash drafter weights from {folder}: {err}") from err
         if info["missing_keys"]:
             missing = sorted(info["missing_keys"])
@@ -167,7 +180,7 @@ class DFlashDrafter(DFlashPreTrainedModel):
         """Denoise one block per row.
 
         noise_embeds (B, K, H): target embeddings of [anchor, mask, ..., mask].
-        context_hidden_states (B, C, n*H): target features (selected layers, concatenated) not yet in `cache`.
+        context_hidden_states (B or 1, C, n*H): target features (selected layers, concatenated) not in `cache`.
         position_ids (B, C+K): positions of the new context then the block; default continues after `cache`.
         attention_mask: None (everything visible), a (B, past+C+K) padding mask, or a (B, 1, K, past+C+K)
             boolean / additive mask (training packs many blocks into one pass this way).

@@ -1,6 +1,6 @@
 """Regenerate drafter training data: the target's own greedy answers to offline prompts, batched and resumable.
 
-    python -m blockpilot_hf.training.regenerate --out runs/regen/smollm2.jsonl --sources gsm8k,humaneval,stdlib
+    blockpilot regenerate --out runs/regen/smollm2.jsonl --sources gsm8k,humaneval,stdlib
 
 Each finished prompt appends one JSON line {source, id, prompt_ids, response_ids}; rerunning skips the ids
 already written, and a half-written last line (a crash) is ignored, so the job can stop and resume at will.
@@ -8,7 +8,6 @@ already written, and a half-written last line (a crash) is ignored, so the job c
 
 from __future__ import annotations
 
-import argparse
 import json
 import logging
 import random
@@ -83,17 +82,9 @@ def drafter_prompts(sources: list[str], per_source: int | None, seed: int = 0):
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--sources", default="gsm8k,humaneval,aime,gpqa,stdlib,pydocs,fortunes")
-    parser.add_argument("--per-source", type=int, default=None, help="at most this many prompts of each source")
-    parser.add_argument("--batch-size", type=int, default=16)
-    parser.add_argument("--max-new-tokens", type=int, default=256)
-    args = parser.parse_args(argv)
-    from ..embedded import load_smollm2
+    from ..cli import main as cli_main
 
-    model, tokenizer = load_smollm2()
-    regenerate(model, tokenizer, drafter_prompts(args.sources.split(","), args.per_source), args.out, args.batch_size, args.max_new_tokens)
+    cli_main(["regenerate", *(argv if argv is not None else __import__("sys").argv[1:])])
 
 
 if __name__ == "__main__":

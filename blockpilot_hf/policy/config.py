@@ -1,0 +1,198 @@
+"""`BlockPolicyConfig`: what a BlockPilot head looks like, what it reads, and what it was trained for.
+
+Every default of the policy lives here (the CLI is built from these fields); `__post_init__` refuses values the
+head cannot run with, naming the field to fix.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+
+CHOICE_RULES = ("throughput", "classifier")
+DEFAULT_SIZES = (1, 2, 4, 6, 8, 12, 16)
+
+
+@dataclass
+class FeatureSpec:
+    """The prefill features a head reads; see `policy/features.py`.
+
+    Groups of H values (one row each): the mean over the prompt of each context layer, the last prompt position of
+    each context layer, and the target's final hidden state of the last position: `2 * num_context_layers + 1`
+    rows. Then `num_stats` scalars computed from the last logits (entropy, top-k log-probabilities, ...)."""
+
+    hidden_size: int = field(metadata={"help": "target hidden size H"})
+    num_context_layers: int = field(metadata={"help": "number of target layers the drafter reads"})
+    top_k: int = field(
+        default=8, metadata={"help": "top-k log-probabilities of the last logits used as features"}
+    )
+
+    def __post_init__(self) -> None:
+        for name in ("hidden_size", "num_context_layers", "top_k"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"FeatureSpec.{name} must be >= 1, got {getattr(self, name)}.")
+
+    @property
+    def num_groups(self) -> int:
+        return 2 * self.num_context_layers + 1
+
+    @property
+    def num_stats(self) -> int:
+        # entropy, top-k log-probs, top-1 minus top-2 logit margin, log prompt length
+        return self.top_k + 3
+
+    @property
+    def size(self) -> int:
+        """Length of the flat feature vector stored in collected records."""
+        return self.num_groups * self.hidden_size + self.num_stats
+
+
+@dataclass
+class CostModel:
+    """Seconds per decoding step (draft + verify) for each block size, measured on some device.
+
+    Size 1 is one target forward and no drafter pass. Sizes between measured ones are interpolated linearly."""
+
+    block_sizes: list[int]
+    seconds: list[float]
+    device: str = "unknown"
+    source: str = (
+        "collected"  # "collected" (from collect runs), "calibrated" (blockpilot calibrate), "synthetic"
+    )
+
+    def __post_init__(self) -> None:
+        if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
+            raise ValueError("CostModel needs one positive `seconds` value per block size.")
+        if any(s <= 0 for s in self.seconds):
+            raise ValueError(f"CostModel seconds must be positive, got {self.seconds}.")
+        order = sorted(range(len(self.block_sizes)), key=self.block_sizes.__getitem__)
+        self.block_sizes = [int(self.block_sizes[i]) for i in order]
+        self.seconds = [float(self.seconds[i]) for i in order]
+
+    def step_seconds(self, block_size: int) -> float:
+        """Cost of one step at `block_size` (linear interpolation, flat extrapolation by the nearest slope)."""
+        sizes, secs = self.block_sizes, self.seconds
+        if block_size in sizes:
+            return secs[sizes.index(block_size)]
+        if len(sizes) == 1:
+            return secs[0]
+        i = 1
+        while i < len(sizes) - 1 and sizes[i] < block_size:
+            i += 1
+        lo, hi = i - 1, i
+        slope = (secs[hi] - secs[lo]) / (sizes[hi] - sizes[lo])
+        return max(secs[lo] + slope * (block_size - sizes[lo]), 1e-9)
+
+    def covers(self, block_sizes: list[int]) -> bool:
+        return all(min(self.block_sizes) <= b <= max(self.block_sizes) for b in block_sizes)
+
+
+@dataclass
+class MeasuredResult:
+    """One number measured on held-out prompts, shown in the model card and its YAML metadata."""
+
+    name: str
+    value: float
+    note: str = ""
+
+
+@dataclass
+class BlockPolicyConfig:
+    """Architecture, choice rule and provenance of a `BlockPolicy` head."""
+
+    features: FeatureSpec = field(metadata={"help": "prefill features the head reads"})
+    vocab_size: int = field(metadata={"help": "target vocabulary size (rows of its LM head)"})
+    target_layer_ids: list[int] = field(
+        metadata={"help": "target layers the drafter reads (context features)"}
+    )
+    candidate_sizes: list[int] = field(
+        default_factory=lambda: list(DEFAULT_SIZES),
+        metadata={"help": "block sizes to choose from (1 = plain decoding)"},
+    )
+    projection_dim: int = field(
+        default=32, metadata={"help": "width of the shared projection of each H-sized feature row"}
+    )
+    hidden_sizes: list[int] = field(
+        default_factory=lambda: [64, 64], metadata={"help": "MLP widths after the projection"}
+    )
+    choice: str = field(
+        default="throughput", metadata={"help": "'throughput' (argmax tau/cost) or 'classifier' (argmax tau)"}
+    )
+    target_id: str = field(
+        default="", metadata={"help": "Hub id or path of the target the policy was trained for"}
+    )
+    drafter_id: str = field(
+        default="", metadata={"help": "Hub id or path of the drafter the policy was trained for"}
+    )
+    training_block_size: int = field(default=16, metadata={"help": "the drafter's training block size"})
+    temperature: float = field(
+        default=0.0, metadata={"help": "sampling temperature of the collected runs (0 = greedy)"}
+    )
+    best_fixed_size: int | None = field(
+        default=None, metadata={"help": "best fixed size on the training prompts"}
+    )
+    cost: CostModel | None = field(
+        default=None, metadata={"help": "cost model used when no calibration is cached"}
+    )
+    results: list[MeasuredResult] = field(
+        default_factory=list, metadata={"help": "held-out measurements for the card"}
+    )
+    name: str = field(default="blockpilot-policy", metadata={"help": "short name shown in stats and cards"})
+
+    def __post_init__(self) -> None:
+        if isinstance(self.features, dict):
+            self.features = FeatureSpec(**self.features)
+        if isinstance(self.cost, dict):
+            self.cost = CostModel(**self.cost)
+        self.results = [MeasuredResult(**r) if isinstance(r, dict) else r for r in self.results]
+        self.candidate_sizes = sorted({int(b) for b in self.candidate_sizes})
+        if len(self.candidate_sizes) < 2 or self.candidate_sizes[0] < 1:
+            raise ValueError(
+                f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}."
+            )
+        if 1 not in self.candidate_sizes:
+            raise ValueError(
+                "candidate_sizes must include 1 (plain decoding) so the policy can refuse to draft."
+            )
+        if self.choice not in CHOICE_RULES:
+            raise ValueError(f"choice must be one of {CHOICE_RULES}, got {self.choice!r}.")
+        if len(self.target_layer_ids) != self.features.num_context_layers:
+            raise ValueError(
+                f"target_layer_ids {self.target_layer_ids} has {len(self.target_layer_ids)} ids but the feature spec "
+                f"reads {self.features.num_context_layers} context layers."
+            )
+        if self.projection_dim < 1 or any(h < 1 for h in self.hidden_sizes) or self.vocab_size < 2:
+            raise ValueError("projection_dim, hidden_sizes and vocab_size must be positive.")
+        if self.best_fixed_size is not None and self.best_fixed_size not in self.candidate_sizes:
+            raise ValueError(
+                f"best_fixed_size {self.best_fixed_size} is not a candidate size {self.candidate_sizes}."
+            )
+
+    @property
+    def hidden_size(self) -> int:
+        return self.features.hidden_size
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    def save(self, path: Path) -> None:
+        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, path: Path) -> BlockPolicyConfig:
+        """Read a config.json written by `save`; unknown or missing keys give an error naming them."""
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as err:
+            raise ValueError(f"{path} is not valid JSON ({err}); the policy folder is corrupt.") from err
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(
+                f"{path} has unknown BlockPolicyConfig keys {unknown}: it is not a BlockPilot policy config."
+            )
+        try:
+            return cls(**data)
+        except TypeError as err:
+            raise ValueError(f"{path} is not a complete BlockPolicyConfig: {err}") from err

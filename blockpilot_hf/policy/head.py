@@ -1,0 +1,191 @@
+"""`BlockPolicy`: a small head that predicts the acceptance length of every candidate block size from prefill
+features, and picks the size with the highest expected tokens per second (or, optionally, the highest tau).
+
+    policy = BlockPolicy.from_pretrained("org/my-policy")          # folder or Hub id (offline from the cache)
+    out = target.generate(**inputs, assistant_model=drafter, block_policy=policy)
+
+Architecture (shapes for one prompt): feature rows (G, H) -> parameter-free layer norm -> one shared
+Linear(H, r) -> (G*r) concatenated with standardised logit stats (S) -> MLP -> (C) outputs, one per candidate
+size b, mapped to tau(b) = 1 + (b - 1) * sigmoid(out) so that 1 <= tau(b) <= b and tau(1) = 1 exactly.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import warnings
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ..constants import CARD_NAME, POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME
+from ..decoding.engine import Prefill
+from .config import BlockPolicyConfig, CostModel
+from .cost import choose_size
+from .features import PrefillFeatures, extract_features
+
+logger = logging.getLogger(__name__)
+
+
+class BlockPolicy(nn.Module):
+    """A BlockPilot head; callable as a `generate(block_policy=...)` chooser (Prefill -> block size)."""
+
+    def __init__(self, config: BlockPolicyConfig):
+        super().__init__()
+        self.config = config
+        spec = config.features
+        self.project = nn.Linear(spec.hidden_size, config.projection_dim)
+        widths = [spec.num_groups * config.projection_dim + spec.num_stats, *config.hidden_sizes]
+        layers: list[nn.Module] = []
+        for a, b in itertools.pairwise(widths):
+            layers += [nn.Linear(a, b), nn.GELU()]
+        layers.append(nn.Linear(widths[-1], len(config.candidate_sizes)))
+        self.mlp = nn.Sequential(*layers)
+        # Standardisation of the logit stats, fitted on the training prompts (saved with the weights).
+        self.register_buffer("stats_mean", torch.zeros(spec.num_stats))
+        self.register_buffer("stats_std", torch.ones(spec.num_stats))
+        self.register_buffer("sizes", torch.tensor(config.candidate_sizes, dtype=torch.float32))
+        self.cost_override: CostModel | None = None
+
+    # ---- prediction -------------------------------------------------------------------------------------------
+    def forward(self, groups: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
+        """Predicted tau per candidate size (N, C) from feature rows (N, G, H) and logit stats (N, S)."""
+        rows = F.layer_norm(groups.float(), groups.shape[-1:])  # (N, G, H): layers differ wildly in scale
+        projected = self.project(rows).flatten(1)  # (N, G*r)
+        scaled = (stats.float() - self.stats_mean) / self.stats_std  # (N, S)
+        raw = self.mlp(torch.cat([projected, scaled], dim=-1))  # (N, C)
+        return 1 + (self.sizes - 1) * torch.sigmoid(raw)
+
+    @torch.no_grad()
+    def predict_tau(self, features: Prefill | PrefillFeatures) -> list[float]:
+        """Predicted acceptance length for each of `config.candidate_sizes`, from one request's prefill."""
+        if isinstance(features, Prefill):
+            features = extract_features(features, self.config.features)
+        device = self.sizes.device
+        return self(features.groups[None].to(device), features.stats[None].to(device))[0].tolist()
+
+    @property
+    def cost_model(self) -> CostModel | None:
+        """A calibration set with `use_cost_model`, else the cost model stored with the policy."""
+        return self.cost_override or self.config.cost
+
+    def use_cost_model(self, cost: CostModel | None) -> BlockPolicy:
+        """Use `cost` (e.g. this machine's calibration) instead of the stored one; None restores it."""
+        if cost is not None and not cost.covers(self.config.candidate_sizes):
+            logger.warning(
+                "Calibration covers sizes %s, not all of %s: keeping the stored cost model.",
+                cost.block_sizes,
+                self.config.candidate_sizes,
+            )
+            return self
+        self.cost_override = cost
+        return self
+
+    def choose(self, prefill: Prefill | PrefillFeatures, rule: str | None = None) -> int:
+        """The block size for this request under `rule` (default: the config's choice rule)."""
+        return choose_size(
+            self.predict_tau(prefill),
+            self.config.candidate_sizes,
+            rule or self.config.choice,
+            self.cost_model,
+        )
+
+    def __call__(self, *args, **kwargs):
+        # A Prefill alone means "choose"; tensors mean the usual nn.Module forward.
+        if len(args) == 1 and not kwargs and isinstance(args[0], Prefill):
+            return self.choose(args[0])
+        return super().__call__(*args, **kwargs)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())
+
+    # ---- compatibility ----------------------------------------------------------------------------------------
+    def check_compatible(self, target, drafter) -> None:
+        """Refuse a target/drafter the head cannot read (hidden size, layer ids, vocabulary); warn on other ids."""
+        cfg = self.config
+        rows, hidden = target.get_input_embeddings().weight.shape
+        fix = "Use a policy trained for this target and drafter (or train one: `blockpilot collect` + `train-policy`)."
+        if hidden != cfg.hidden_size:
+            raise ValueError(
+                f"Policy {cfg.name!r} was made for hidden size {cfg.hidden_size}, the target has {hidden}. {fix}"
+            )
+        if list(drafter.config.target_layer_ids) != list(cfg.target_layer_ids):
+            raise ValueError(
+                f"Policy {cfg.name!r} reads target layers {cfg.target_layer_ids}, the drafter reads "
+                f"{list(drafter.config.target_layer_ids)}. {fix}"
+            )
+        if rows != cfg.vocab_size:
+            raise ValueError(
+                f"Policy {cfg.name!r} was made for a vocabulary of {cfg.vocab_size}, the target has {rows}. {fix}"
+            )
+        for what, recorded, actual in (
+            ("target", cfg.target_id, getattr(target.config, "name_or_path", "")),
+            ("drafter", cfg.drafter_id, getattr(drafter.config, "name_or_path", "")),
+        ):
+            if recorded and actual and recorded != actual:
+                warnings.warn(
+                    f"Policy {cfg.name!r} was trained for {what} {recorded!r} but runs with {actual!r}; shapes match, "
+                    "so it runs, but its choices may be off. Retrain or recalibrate for best results.",
+                    UserWarning,
+                    stacklevel=3,
+                )
+
+    # ---- save / load / Hub ------------------------------------------------------------------------------------
+    def save_pretrained(self, folder: str | Path) -> Path:
+        """Write config.json, model.safetensors and a README.md model card to `folder`."""
+        from safetensors.torch import save_file
+
+        from .card import render_card
+
+        folder = Path(folder)
+        folder.mkdir(parents=True, exist_ok=True)
+        self.config.save(folder / POLICY_CONFIG_NAME)
+        state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        save_file(state, str(folder / POLICY_WEIGHTS_NAME), metadata={"format": "pt"})
+        (folder / CARD_NAME).write_text(render_card(self.config, self.num_parameters()), encoding="utf-8")
+        return folder
+
+    @classmethod
+    def from_pretrained(
+        cls, name_or_path: str | Path, revision: str | None = None, device: str | None = None
+    ) -> BlockPolicy:
+        """Load from a folder or a Hub id (the HF cache is used, offline too); damaged files raise clear errors."""
+        from safetensors import SafetensorError
+        from safetensors.torch import load_file
+
+        from ..hub import resolve_folder
+
+        folder = resolve_folder(
+            name_or_path, "BlockPilot policy", (POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME), revision
+        )
+        policy = cls(BlockPolicyConfig.load(folder / POLICY_CONFIG_NAME))
+        try:
+            state = load_file(str(folder / POLICY_WEIGHTS_NAME))
+        except (SafetensorError, OSError) as err:
+            raise OSError(
+                f"{folder / POLICY_WEIGHTS_NAME} is not a readable safetensors file ({err}); re-download or re-save it."
+            ) from err
+        try:
+            policy.load_state_dict(state)
+        except RuntimeError as err:
+            raise OSError(
+                f"{folder} holds weights that do not fit its config.json ({err}); the folder is inconsistent."
+            ) from err
+        return policy.to(device or "cpu").eval()
+
+    def push_to_hub(
+        self, repo_id: str, private: bool = False, commit_message: str = "Upload BlockPilot policy"
+    ) -> str:
+        """Save to a temporary folder and upload it as model repo `repo_id`; returns the repo URL."""
+        import tempfile
+
+        from huggingface_hub import HfApi
+
+        api = HfApi()
+        url = api.create_repo(repo_id, private=private, exist_ok=True)
+        with tempfile.TemporaryDirectory() as tmp:
+            self.save_pretrained(tmp)
+            api.upload_folder(repo_id=repo_id, folder_path=tmp, commit_message=commit_message)
+        return str(url)

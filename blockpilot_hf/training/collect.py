@@ -1,0 +1,230 @@
+r"""`blockpilot collect`: decode each prompt at every candidate block size and record what happened.
+
+    blockpilot collect --target smollm2 --drafter DRAFTER_DIR --prompts gsm8k:policy,humaneval:policy \
+        --block-sizes 1,2,4,6,8,12,16 --max-new-tokens 128 --out runs/collect
+    accelerate launch --multi_gpu --num_processes 2 -m blockpilot_hf.cli collect ...  # one shard per process
+    torchrun --nproc_per_node 2 -m blockpilot_hf.cli collect ...                     # the same (CPU: gloo)
+
+Per prompt: one plain greedy `generate` (the reference output and time), then one run per block size through
+`generate(block_policy=...)`, whose chooser also records the prefill features the policy will learn from.
+Each finished prompt is one appended JSON line, so a crash loses at most the prompt in flight; rerunning skips
+the prompts already in any shard.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..decoding.engine import Prefill
+from ..drafter import DFlashDrafter
+from ..generation import enable
+from ..policy.cost import device_name
+from ..policy.features import PrefillFeatures, extract_features, spec_for
+from .records import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_path
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class CollectConfig:
+    """Settings of a collect run (the CLI flags are built from these fields)."""
+
+    block_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 6, 8, 12, 16],
+        metadata={"help": "candidate block sizes; 1 is always added"},
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt and block size"})
+    top_k: int = field(default=8, metadata={"help": "top-k log-probs among the logit features"})
+
+    def __post_init__(self) -> None:
+        self.block_sizes = sorted({1, *map(int, self.block_sizes)})
+        if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
+            raise ValueError("max_new_tokens and block sizes must be >= 1.")
+
+
+@dataclass
+class CollectItem:
+    """One prompt to collect: its id, source (dataset) and token ids."""
+
+    prompt_id: str
+    source: str
+    input_ids: list[int]
+
+
+# A drafter, or a function building one per prompt from the item and its reference greedy output (1, T+N).
+DrafterSource = DFlashDrafter | Callable[[CollectItem, torch.Tensor], DFlashDrafter]
+
+
+class _FeatureRecorder:
+    """A `block_policy` chooser that returns a fixed size and keeps the features of the prefill it saw."""
+
+    def __init__(self, size: int, spec):
+        self.size, self.spec, self.features = size, spec, None
+        self.name = f"fixed:{size}"
+
+    def __call__(self, prefill: Prefill) -> int:
+        self.features = extract_features(prefill, self.spec)
+        return self.size
+
+
+def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
+    """Plain greedy once, then one run per block size; every run is checked token for token against plain."""
+    input_ids = torch.tensor([item.input_ids], device=target.device)
+    gen = dict(max_new_tokens=config.max_new_tokens, do_sample=False)
+    start = time.perf_counter()
+    with torch.inference_mode():
+        plain = target.generate(input_ids=input_ids, **gen)
+    plain_time = time.perf_counter() - start
+    model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
+    spec = spec_for(target, model, config.top_k)
+    features: PrefillFeatures | None = None
+    runs = []
+    for size in config.block_sizes:
+        recorder = _FeatureRecorder(size, spec)
+        with torch.inference_mode():
+            out = target.generate(
+                input_ids=input_ids,
+                assistant_model=model,
+                block_policy=recorder,
+                return_dict_in_generate=True,
+                **gen,
+            )
+        features = features or recorder.features
+        stats = out.blockpilot
+        same = out.sequences.shape == plain.shape and bool(torch.equal(out.sequences, plain))
+        if not same:
+            logger.warning("%s at block size %d differs from plain greedy generate", item.prompt_id, size)
+        runs.append(
+            SizeRun(
+                size,
+                stats.acceptance_lengths,
+                stats.new_tokens,
+                stats.draft_time,
+                stats.verify_time,
+                stats.total_time,
+                same,
+            )
+        )
+    return PromptRecord(
+        item.prompt_id,
+        item.source,
+        len(item.input_ids),
+        plain.shape[1] - input_ids.shape[1],
+        plain_time,
+        features.to_list(),
+        runs,
+    )
+
+
+def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectMeta:
+    rows, hidden = target.get_input_embeddings().weight.shape
+    return CollectMeta(
+        target_id=getattr(target.config, "name_or_path", "") or "",
+        drafter_id=getattr(drafter.config, "name_or_path", "") or "",
+        block_sizes=config.block_sizes,
+        max_new_tokens=config.max_new_tokens,
+        hidden_size=hidden,
+        target_layer_ids=list(drafter.config.target_layer_ids),
+        vocab_size=rows,
+        training_block_size=drafter.config.block_size,
+        top_k=config.top_k,
+        device=device_name(target.device),
+    )
+
+
+def process_state():
+    """accelerate's `PartialState` for this process (shard index and count; 1 process when run plainly).
+
+    Without CUDA, accelerate only sets up a multi-process CPU group (torchrun / `accelerate launch`) when asked
+    for the CPU explicitly; otherwise every process would think it is the only one and collect everything."""
+    from accelerate import PartialState
+    from accelerate.utils import parse_flag_from_env
+
+    return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
+
+
+def _repair_torn_tail(path: Path) -> None:
+    """Cut a half-written last line (a crash mid-write) so that new rows start on a fresh line."""
+    if not path.is_file() or path.stat().st_size == 0:
+        return
+    data = path.read_bytes()
+    if data.endswith(b"\n"):
+        return
+    keep = data.rfind(b"\n") + 1
+    logger.warning(
+        "%s: dropping a torn last line of %d bytes from an interrupted run", path, len(data) - keep
+    )
+    with path.open("r+b") as f:
+        f.truncate(keep)
+
+
+def collect(
+    target,
+    drafter: DrafterSource,
+    items: list[CollectItem],
+    out: Path,
+    config: CollectConfig,
+    meta_drafter: DFlashDrafter | None = None,
+) -> list[PromptRecord]:
+    """Collect every item not yet in `out` (sharded across accelerate processes); returns this process's new records.
+
+    `meta_drafter` describes the drafter in `collect.json` when `drafter` is a per-prompt factory."""
+    from tqdm.auto import tqdm
+
+    state = process_state()
+    out = Path(out)
+    enable(target)
+    reference = drafter if isinstance(drafter, DFlashDrafter) else meta_drafter
+    if reference is None:
+        raise ValueError(
+            "Pass `meta_drafter` (a drafter of the same configuration) when `drafter` is a factory."
+        )
+    meta = make_meta(target, reference, config)
+    if state.is_main_process:
+        out.mkdir(parents=True, exist_ok=True)
+        if any(out.glob(SHARD_GLOB)) or (out / "collect.json").exists():
+            CollectMeta.load(out).check_same(meta, out)
+        else:
+            meta.save(out)
+    state.wait_for_everyone()
+    done = {r.prompt_id for r in read_records(out)[1]}
+    todo = [item for item in items if item.prompt_id not in done]
+    shard = shard_path(out, state.process_index)
+    _repair_torn_tail(shard)
+    new: list[PromptRecord] = []
+    with state.split_between_processes(todo) as mine:
+        bar = tqdm(
+            mine,
+            desc=f"collect[{state.process_index}]",
+            unit="prompt",
+            disable=not state.is_local_main_process,
+        )
+        for item in bar:
+            record = collect_prompt(target, drafter, item, config)
+            with shard.open(
+                "a", encoding="utf-8"
+            ) as f:  # one line per prompt, flushed before the next starts
+                f.write(record.to_json() + "\n")
+            new.append(record)
+            bar.set_postfix(tau_max=f"{max(r.tau for r in record.runs):.2f}")
+    state.wait_for_everyone()
+    return new
+
+
+def items_from_prompts(tokenizer, spec: str, limit: int | None = None) -> list[CollectItem]:
+    """Items from "source:split,source:split" (e.g. "gsm8k:policy,humaneval:policy"); first turn only."""
+    from ..data import chat_input_ids, load_prompts
+
+    items = []
+    for part in spec.split(","):
+        source, _, split = part.strip().partition(":")
+        for prompt in load_prompts(source, split or "policy", limit):
+            ids = chat_input_ids(tokenizer, prompt.turns[:1])[0].tolist()
+            items.append(CollectItem(prompt.id, prompt.source, ids))
+    return items

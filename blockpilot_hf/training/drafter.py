@@ -1,0 +1,275 @@
+"""DFlash drafter training for any HF causal LM target (the public SpecForge recipe, on any device via accelerate).
+
+    blockpilot train-drafter --target smollm2 --data runs/regen/smollm2.jsonl --out runs/drafter
+
+Frozen: the target, its embeddings and LM head. Trained: the drafter. Each sequence gives many anchored blocks
+that go through one forward with the block attention mask; the loss is decay-weighted cross-entropy through the
+target's LM head on block positions 1..K-1. Target features are computed once per sequence and cached on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+import zlib
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tqdm.auto import tqdm
+
+from ..drafter import DFlashConfig, DFlashDrafter
+from .blocks import build_blocks, decay_weights, sample_anchors
+from .features import FeatureCache
+from .regenerate import read_jsonl_rows
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class DrafterTrainingConfig:
+    """Every knob of the recipe; the CLI is generated from these fields and their help text."""
+
+    target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded) or a causal LM folder / Hub id"})
+    data: list[str] = field(default_factory=list, metadata={"help": "regenerated JSONL files (prompt_ids, response_ids)"})
+    out: str = field(default="runs/drafter", metadata={"help": "output folder: checkpoints, metrics, final drafter"})
+    num_layers: int = field(default=2, metadata={"help": "drafter decoder layers"})
+    target_layer_ids: list[int] | None = field(default=None, metadata={"help": "target layers read (default: 4 evenly spaced)"})
+    num_context_layers: int = field(default=4, metadata={"help": "how many target layers to read when ids are not given"})
+    block_size: int = field(default=16, metadata={"help": "training block size"})
+    mask_token_id: int | None = field(default=None, metadata={"help": "embedding row used as mask (default: an unused id)"})
+    anchors_per_sequence: int = field(default=64, metadata={"help": "anchored blocks sampled per sequence"})
+    gamma: float = field(default=7.0, metadata={"help": "loss decay over block positions"})
+    loss_vocab_size: int = field(default=0, metadata={"help": "if > 0, softmax over the N most frequent response tokens only"})
+    lr: float = field(default=6e-4, metadata={"help": "AdamW peak learning rate"})
+    warmup: float = field(default=0.04, metadata={"help": "warmup fraction"})
+    epochs: float = field(default=6.0, metadata={"help": "passes over the training sequences"})
+    sequences_per_step: int = field(default=4, metadata={"help": "sequences per optimizer step (gradient accumulation)"})
+    max_minutes: float = field(default=0.0, metadata={"help": "stop (with a checkpoint) after this many minutes; 0 = no limit"})
+    val_percent: int = field(default=3, metadata={"help": "percent of sequences (by id hash) held out for validation"})
+    val_every: int = field(default=200, metadata={"help": "steps between validation tau measurements"})
+    val_sequences: int = field(default=24, metadata={"help": "validation sequences used per measurement"})
+    save_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
+    seed: int = field(default=0, metadata={"help": "random seed"})
+    save_dtype: str = field(default="bfloat16", metadata={"help": "dtype of the saved drafter weights"})
+    mixed_precision: str = field(default="bf16", metadata={"help": "accelerate mixed precision: no | bf16 | fp16 (bf16 also speeds up CPUs with AVX512-BF16)"})
+
+
+@dataclass
+class Sequence:
+    id: str
+    tokens: torch.Tensor  # (S,)
+    response_start: int
+    greedy: bool  # the target's own greedy answer (not borrowed text): usable to measure tau
+
+
+def load_sequences(paths: list[str]) -> list[Sequence]:
+    rows = [row for path in paths for row in read_jsonl_rows(Path(path))]
+    return [
+        Sequence(r["id"], torch.tensor(r["prompt_ids"] + r["response_ids"]), len(r["prompt_ids"]), r.get("kind") != "text")
+        for r in rows
+        if len(r["response_ids"]) >= 4
+    ]
+
+
+def is_validation(seq_id: str, percent: int) -> bool:
+    return zlib.crc32(seq_id.encode()) % 100 < percent
+
+
+def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
+    """A randomly initialised drafter shaped after the target (hidden size, heads) with the recipe's depth."""
+    tc = target.config.get_text_config()
+    depth = tc.num_hidden_layers
+    layer_ids = cfg.target_layer_ids
+    if layer_ids is None:
+        from ..drafter import default_target_layer_ids
+
+        layer_ids = default_target_layer_ids(depth, cfg.num_context_layers)
+    config = DFlashConfig(
+        hidden_size=tc.hidden_size,
+        intermediate_size=tc.intermediate_size,
+        num_hidden_layers=cfg.num_layers,
+        num_attention_heads=tc.num_attention_heads,
+        num_key_value_heads=tc.num_key_value_heads,
+        head_dim=getattr(tc, "head_dim", None) or tc.hidden_size // tc.num_attention_heads,
+        vocab_size=target.get_input_embeddings().weight.shape[0],
+        rms_norm_eps=tc.rms_norm_eps,
+        rope_parameters=dict(tc.rope_parameters or {}) or None,
+        max_position_embeddings=tc.max_position_embeddings,
+        block_size=cfg.block_size,
+        mask_token_id=cfg.mask_token_id if cfg.mask_token_id is not None else pick_mask_token(target),
+        target_layer_ids=layer_ids,
+        num_target_layers=depth,
+        target_model_id=getattr(target.config, "name_or_path", None),
+    )
+    return DFlashDrafter(config)
+
+
+def pick_mask_token(target) -> int:
+    """An embedding row to stand for 'unknown': the pad id if it differs from EOS, else the last row."""
+    rows = target.get_input_embeddings().weight.shape[0]
+    pad, eos = target.generation_config.pad_token_id, target.generation_config.eos_token_id
+    return pad if isinstance(pad, int) and pad != eos else rows - 1
+
+
+def sequence_loss(drafter, embed, head_weight, features, predictions, seq: Sequence, cfg, weights, vocab_map, generator):
+    """Decay-weighted CE of one sequence's anchored blocks, plus first-position accuracy."""
+    K = cfg.block_size
+    anchors = sample_anchors(seq.response_start, len(seq.tokens), cfg.anchors_per_sequence, generator)
+    batch = build_blocks(seq.tokens, predictions, anchors, K, drafter.config.mask_token_id, seq.response_start)
+    A = len(anchors)
+    noise = embed(batch.block_ids)  # (A, K, H)
+    hidden = drafter(
+        noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
+    ).last_hidden_state[:, 1:]  # (A, K-1, H): position 0 is the anchor itself
+    labels = batch.labels if vocab_map is None else vocab_map[batch.labels.clamp_min(0)].masked_fill(batch.labels < 0, -100)
+    logits = hidden @ head_weight.T  # (A, K-1, V')
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none").view(A, K - 1)
+    w = weights[None, :] * (labels != -100)
+    loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
+    valid = labels[:, 0] != -100
+    acc = ((logits[:, 0].argmax(-1) == labels[:, 0]) & valid).sum() / valid.sum().clamp_min(1)
+    return loss, float(acc)
+
+
+@torch.no_grad()
+def validation_tau(drafter, embed, lm_head, cache: FeatureCache, sequences: list[Sequence], block_size: int) -> float:
+    """Mean acceptance length of greedy decoding replayed on the target's own answers (teacher-forced features)."""
+    lengths = []
+    for seq in sequences:
+        S, (features, _) = len(seq.tokens), cache.get(seq.id, seq.tokens[None])
+        anchors = torch.arange(seq.response_start, S - 1)
+        matched = torch.zeros(S, dtype=torch.long)
+        for chunk in anchors.split(32):
+            batch = build_blocks(seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start)
+            noise = embed(batch.block_ids)  # (a, K, H)
+            hidden = drafter(noise, features[None].to(noise.dtype), position_ids=batch.position_ids,
+                             attention_mask=batch.attention_mask).last_hidden_state
+            drafts = lm_head(hidden[:, 1:]).argmax(-1)  # (a, K-1)
+            ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
+            matched[chunk] = ok.sum(dim=1)
+        p = seq.response_start
+        while p < S - 1:
+            lengths.append(int(matched[p]) + 1)
+            p += int(matched[p]) + 1
+    return sum(lengths) / max(len(lengths), 1)
+
+
+def frequent_tokens(sequences: list[Sequence], n: int, vocab: int) -> torch.Tensor:
+    counts = torch.zeros(vocab, dtype=torch.long)
+    for s in sequences:
+        counts += torch.bincount(s.tokens[s.response_start :], minlength=vocab)
+    return counts.argsort(descending=True)[:n].sort().values
+
+
+def train_drafter(cfg: DrafterTrainingConfig, accelerator) -> Path:
+    """Train (or resume) a drafter for `cfg.target`; returns the folder of the final drafter."""
+    from ..embedded import load_target
+
+    out = Path(cfg.out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    target, _ = load_target(cfg.target)
+    target.requires_grad_(False)
+    target.to(accelerator.device)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+
+    # 1. Data: the target's own answers, split by id hash into train / validation.
+    sequences = load_sequences(cfg.data)
+    held_out = [s.greedy and is_validation(s.id, cfg.val_percent) for s in sequences]
+    train = [s for s, h in zip(sequences, held_out) if not h]
+    val = [s for s, h in zip(sequences, held_out) if h][: cfg.val_sequences]
+    (out / "trained_on.json").write_text(json.dumps({"train_ids": [s.id for s in train], "val_ids": [s.id for s in val]}))
+    tokens = sum(len(s.tokens) - s.response_start for s in train)
+    logger.info("%d training sequences (%d response tokens), %d validation", len(train), tokens, len(val))
+    cache = FeatureCache(out / "features", target, [])
+
+    # 2. Model, optimiser, schedule.
+    drafter = make_drafter(cfg, target)
+    cache.layer_ids = drafter.config.target_layer_ids
+    vocab = embed.weight.shape[0]
+    vocab_map, keep = None, None
+    if cfg.loss_vocab_size:
+        keep = frequent_tokens(train, cfg.loss_vocab_size, vocab)
+        vocab_map = torch.full((vocab,), -100, dtype=torch.long)
+        vocab_map[keep] = torch.arange(len(keep))
+    total_steps = max(1, math.ceil(cfg.epochs * len(train) / cfg.sequences_per_step))
+    optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
+    warmup = max(1, int(cfg.warmup * total_steps))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total_steps)))
+    )
+    drafter, optimizer, schedule = accelerator.prepare(drafter, optimizer, schedule)
+    state = _resume(accelerator, out)
+    weights = decay_weights(cfg.block_size, cfg.gamma).to(accelerator.device)
+
+    # 3. Loop: one optimizer step per `sequences_per_step` sequences, each sequence one packed forward.
+    generator = torch.Generator().manual_seed(cfg.seed + state["step"])
+    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
+    start_time, elapsed_before = time.time(), state["elapsed"]
+    bar = tqdm(total=total_steps, initial=state["step"], desc="train-drafter", disable=not accelerator.is_main_process)
+    while state["step"] < total_steps:
+        step = state["step"]
+        drafter.train()
+        losses, accs = [], []
+        for j in range(cfg.sequences_per_step):
+            idx = (step * cfg.sequences_per_step + j) * accelerator.num_processes + accelerator.process_index
+            seq = train[order[idx % len(train)]]
+            features, predictions = cache.get(seq.id, seq.tokens[None].to(accelerator.device))
+            head = lm_head.weight if keep is None else lm_head.weight[keep]
+            with accelerator.autocast():
+                loss, acc = sequence_loss(drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator)
+            accelerator.backward(loss / cfg.sequences_per_step)
+            losses.append(float(loss))
+            accs.append(acc)
+        accelerator.clip_grad_norm_(drafter.parameters(), 1.0)
+        optimizer.step()
+        schedule.step()
+        optimizer.zero_grad()
+        state["step"] += 1
+        elapsed = elapsed_before + time.time() - start_time
+        record = {"step": state["step"], "loss": sum(losses) / len(losses), "acc1": sum(accs) / len(accs),
+                  "lr": schedule.get_last_lr()[0], "minutes": elapsed / 60, "tokens_seen": state["step"] * cfg.sequences_per_step}
+        if state["step"] % cfg.val_every == 0 or state["step"] == total_steps:
+            drafter.eval()
+            model = accelerator.unwrap_model(drafter)
+            record.update({f"val_tau_b{b}": validation_tau(model, embed, lm_head, cache, val, b) for b in (4, 8, cfg.block_size)})
+        bar.update(1)
+        bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
+        if accelerator.is_main_process:
+            with (out / "metrics.jsonl").open("a") as f:
+                f.write(json.dumps(record) + "\n")
+        out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
+        if state["step"] % cfg.save_every == 0 or state["step"] == total_steps or out_of_time:
+            state["elapsed"] = elapsed
+            _checkpoint(accelerator, out, state)
+        if out_of_time:
+            logger.warning("Stopping after %.1f minutes (max_minutes); rerun the same command to resume.", elapsed / 60)
+            break
+    bar.close()
+    final = out / "drafter"
+    if accelerator.is_main_process:
+        model = accelerator.unwrap_model(drafter)
+        model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
+        (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        model.to(torch.float32)
+    return final
+
+
+def _checkpoint(accelerator, out: Path, state: dict) -> None:
+    accelerator.save_state(str(out / "checkpoint"))
+    if accelerator.is_main_process:
+        (out / "checkpoint" / "progress.json").write_text(json.dumps(state))
+
+
+def _resume(accelerator, out: Path) -> dict:
+    progress = out / "checkpoint" / "progress.json"
+    if not progress.exists():
+        return {"step": 0, "elapsed": 0.0}
+    accelerator.load_state(str(out / "checkpoint"))
+    state = json.loads(progress.read_text())
+    logger.warning("Resuming drafter training at step %d", state["step"])
+    return state

@@ -1,0 +1,231 @@
+"""`blockpilot evaluate-policy`: compare a policy with the oracle, the best fixed size, the training size and a
+training-free heuristic on held-out collected prompts, per dataset; write a markdown table and plots.
+
+    blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
+
+Speed is judged two ways: measured tokens/s of the run at the chosen size (noisy on a busy machine), and the
+modelled throughput tau / cost(b) with the cost model of the held-out collection (what the choice optimises).
+Regret = 1 - modelled throughput of the choice / that of the per-prompt oracle.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ..policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
+from ..policy.config import CostModel
+from ..policy.features import PrefillFeatures
+from ..policy.head import BlockPolicy
+from .records import PromptRecord, cost_from_records, read_records
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class MethodScore:
+    """How one method did on the prompts of one source ("all" for every prompt)."""
+
+    method: str
+    source: str
+    prompts: int
+    accuracy: float  # share of prompts where the method chose the oracle's size
+    tau: float  # mean measured tau at the chosen sizes
+    tokens_per_second: float  # mean measured tokens/s of the runs at the chosen sizes
+    modelled_speed: float  # mean tau / cost(b), tokens per second under the cost model
+    regret: float  # mean 1 - modelled speed / oracle's
+    mean_size: float
+
+
+@dataclass
+class Headline:
+    method: str
+    metric: str
+    value: float
+
+
+@dataclass
+class EvaluationReport:
+    scores: list[MethodScore]
+    choices: dict[str, list[int]] = field(
+        default_factory=dict
+    )  # method -> chosen size per prompt (record order)
+
+    def score(self, method: str, source: str = "all") -> MethodScore:
+        return next(s for s in self.scores if s.method == method and s.source == source)
+
+    def headline(self) -> list[Headline]:
+        """The few numbers a model card shows: the policy's accuracy, regret and speed vs the best fixed size."""
+        mine, fixed = (
+            self.score("blockpilot"),
+            next(s for s in self.scores if s.method.startswith("best-fixed") and s.source == "all"),
+        )
+        return [
+            Headline("blockpilot", "accuracy vs oracle", mine.accuracy),
+            Headline("blockpilot", "regret vs oracle", mine.regret),
+            Headline("blockpilot", "mean tau", mine.tau),
+            Headline(
+                "blockpilot",
+                "modelled speed / best fixed",
+                mine.modelled_speed / fixed.modelled_speed if fixed.modelled_speed else 0.0,
+            ),
+        ]
+
+    def markdown(self) -> str:
+        rows = [
+            "| source | method | prompts | accuracy | tau | tok/s (measured) | tok/s (modelled) | regret | mean size |",
+            "|---|---|---|---|---|---|---|---|---|",
+        ]
+        for s in self.scores:
+            rows.append(
+                f"| {s.source} | {s.method} | {s.prompts} | {s.accuracy:.2f} | {s.tau:.2f} | {s.tokens_per_second:.1f} | "
+                f"{s.modelled_speed:.1f} | {s.regret:.3f} | {s.mean_size:.1f} |"
+            )
+        return "\n".join(rows)
+
+
+def methods_for(policy: BlockPolicy) -> dict[str, object]:
+    """The policy (both choice rules) and the baselines, all with `choose(features) -> int`."""
+    cfg = policy.config
+    methods: dict[str, object] = {"blockpilot": policy, "blockpilot-classifier": _Rule(policy, "classifier")}
+    if cfg.best_fixed_size is not None:
+        methods[f"best-fixed:{cfg.best_fixed_size}"] = FixedPolicy(cfg.best_fixed_size)
+    if cfg.training_block_size in cfg.candidate_sizes:
+        methods[f"training-size:{cfg.training_block_size}"] = FixedPolicy(cfg.training_block_size)
+    methods["entropy"] = EntropyPolicy(cfg.candidate_sizes)
+    return methods
+
+
+@dataclass
+class _Rule:
+    """The policy under another choice rule."""
+
+    policy: BlockPolicy
+    rule: str
+
+    def choose(self, features: PrefillFeatures) -> int:
+        return self.policy.choose(features, rule=self.rule)
+
+
+def _score(
+    method: str,
+    source: str,
+    records: list[PromptRecord],
+    sizes: list[int],
+    oracle: list[int],
+    cost: CostModel,
+) -> MethodScore:
+    speeds = [modelled_throughput(r.taus()[b], b, cost) for r, b in zip(records, sizes, strict=True)]
+    best = [modelled_throughput(r.taus()[b], b, cost) for r, b in zip(records, oracle, strict=True)]
+    n = len(records)
+    return MethodScore(
+        method,
+        source,
+        n,
+        accuracy=sum(a == b for a, b in zip(sizes, oracle, strict=True)) / n,
+        tau=sum(r.taus()[b] for r, b in zip(records, sizes, strict=True)) / n,
+        tokens_per_second=sum(r.run(b).tokens_per_second for r, b in zip(records, sizes, strict=True)) / n,
+        modelled_speed=sum(speeds) / n,
+        regret=sum(1 - s / o for s, o in zip(speeds, best, strict=True)) / n,
+        mean_size=sum(sizes) / n,
+    )
+
+
+def evaluate_records(
+    policy: BlockPolicy, records: list[PromptRecord], cost: CostModel | None = None
+) -> EvaluationReport:
+    """Score every method on `records`, overall and per source. `cost` defaults to the records' own timings."""
+    if not records:
+        raise ValueError("No records to evaluate on.")
+    cost = cost or cost_from_records(records, "heldout")
+    spec = policy.config.features
+    features = [PrefillFeatures.from_list(r.features, spec) for r in records]
+    choices = {name: [m.choose(f) for f in features] for name, m in methods_for(policy).items()}
+    sizes = policy.config.candidate_sizes
+    choices["oracle"] = [oracle_size({b: r.taus()[b] for b in sizes}, cost) for r in records]
+    scores = []
+    for source in ["all", *sorted({r.source for r in records})]:
+        idx = [i for i, r in enumerate(records) if source in ("all", r.source)]
+        subset = [records[i] for i in idx]
+        for name, sizes in choices.items():
+            scores.append(
+                _score(
+                    name, source, subset, [sizes[i] for i in idx], [choices["oracle"][i] for i in idx], cost
+                )
+            )
+    return EvaluationReport(scores, choices)
+
+
+def make_plots(
+    policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path
+) -> list[Path]:
+    """Best-size distribution, tau vs size per prompt, predicted vs actual tau; PNG files in `out`."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    out.mkdir(parents=True, exist_ok=True)
+    sizes = policy.config.candidate_sizes
+    paths = [out / "best_sizes.png", out / "tau_vs_size.png", out / "predicted_vs_actual.png"]
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for offset, name in ((-0.2, "oracle"), (0.2, "blockpilot")):
+        counts = [report.choices[name].count(b) for b in sizes]
+        ax.bar([i + offset for i in range(len(sizes))], counts, width=0.4, label=name)
+    ax.set(
+        xticks=range(len(sizes)),
+        xticklabels=sizes,
+        xlabel="block size",
+        ylabel="prompts",
+        title="Chosen block sizes",
+    )
+    ax.legend()
+    fig.savefig(paths[0], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    colors = {s: f"C{i}" for i, s in enumerate(sorted({r.source for r in records}))}
+    for r in records:
+        ax.plot(sizes, [r.taus()[b] for b in sizes], color=colors[r.source], alpha=0.4)
+    for source, color in colors.items():
+        ax.plot([], [], color=color, label=source)
+    ax.set(xlabel="block size", ylabel="tau (mean acceptance length)", title="tau vs block size per prompt")
+    ax.legend()
+    fig.savefig(paths[1], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+
+    fig, ax = plt.subplots(figsize=(5, 5))
+    spec = policy.config.features
+    for r in records:
+        predicted = policy.predict_tau(PrefillFeatures.from_list(r.features, spec))
+        ax.scatter([r.taus()[b] for b in sizes], predicted, s=8, color=colors[r.source], alpha=0.6)
+    top = max(sizes)
+    ax.plot([1, top], [1, top], color="gray", linewidth=1)
+    ax.set(xlabel="measured tau", ylabel="predicted tau", title="Predicted vs measured tau (all sizes)")
+    fig.savefig(paths[2], dpi=100, bbox_inches="tight")
+    plt.close(fig)
+    return paths
+
+
+def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | None = None) -> EvaluationReport:
+    """Load a policy and a held-out collect folder, score everything, optionally draw plots."""
+    policy = BlockPolicy.from_pretrained(policy_dir)
+    meta, records = read_records(Path(collect_dir))
+    if (
+        meta.hidden_size != policy.config.hidden_size
+        or meta.target_layer_ids != policy.config.target_layer_ids
+    ):
+        raise ValueError(
+            f"{collect_dir} was collected for another target/drafter than policy {policy.config.name!r}."
+        )
+    missing = set(policy.config.candidate_sizes) - set(meta.block_sizes)
+    if missing:
+        raise ValueError(
+            f"{collect_dir} has no runs at sizes {sorted(missing)} the policy can choose; collect with them."
+        )
+    report = evaluate_records(policy, records)
+    if plots is not None:
+        make_plots(policy, records, report, Path(plots))
+    return report

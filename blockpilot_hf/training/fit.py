@@ -1,0 +1,162 @@
+"""`blockpilot train-policy`: fit a BlockPilot head on collected records and write the policy folder.
+
+    blockpilot train-policy runs/collect --out policies/my-policy
+
+Labels are the measured acceptance lengths of every prompt at every size (not one "best size" class), so the
+same head serves any cost model: the choice tau(b) / cost(b) is made at run time. The regression target is
+log tau (errors are relative: missing tau 6 by 1 matters less than missing tau 2 by 1). A held-out share of the
+prompts (chosen by id hash, so stable across reruns) never trains and gives the numbers in the card.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ..policy.baselines import best_fixed_size
+from ..policy.config import BlockPolicyConfig, CostModel, FeatureSpec
+from ..policy.features import PrefillFeatures, stack_features
+from ..policy.head import BlockPolicy
+from .records import CollectMeta, PromptRecord, cost_from_records, read_records
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FitConfig:
+    """Settings of `train-policy` (the CLI flags are built from these fields)."""
+
+    heldout_fraction: float = field(default=0.2, metadata={"help": "share of prompts held out of training"})
+    epochs: int = field(default=300, metadata={"help": "full-batch Adam steps"})
+    lr: float = field(default=3e-3, metadata={"help": "Adam learning rate"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
+    projection_dim: int = field(
+        default=32, metadata={"help": "shared projection width of each H-sized feature row"}
+    )
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
+    choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
+    name: str = field(default="blockpilot-policy", metadata={"help": "policy name (stats, card)"})
+    seed: int = field(default=0, metadata={"help": "initialisation seed"})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
+        if self.epochs < 1 or self.lr <= 0:
+            raise ValueError("epochs must be >= 1 and lr > 0.")
+
+
+def is_heldout(prompt_id: str, fraction: float) -> bool:
+    """Deterministic split by a hash of the id: the same prompt always lands on the same side."""
+    digest = int(hashlib.sha256(prompt_id.encode()).hexdigest()[:8], 16)
+    return digest / 0xFFFFFFFF < fraction
+
+
+def split_records(
+    records: list[PromptRecord], fraction: float
+) -> tuple[list[PromptRecord], list[PromptRecord]]:
+    train = [r for r in records if not is_heldout(r.prompt_id, fraction)]
+    heldout = [r for r in records if is_heldout(r.prompt_id, fraction)]
+    if not train:
+        raise ValueError(
+            f"No training prompts left after holding out {fraction:.0%} of {len(records)}; collect more prompts."
+        )
+    return train, heldout
+
+
+def policy_config(
+    meta: CollectMeta, config: FitConfig, cost: CostModel, best_fixed: int | None
+) -> BlockPolicyConfig:
+    """The head's config from what the data was collected with."""
+    return BlockPolicyConfig(
+        features=FeatureSpec(meta.hidden_size, len(meta.target_layer_ids), meta.top_k),
+        vocab_size=meta.vocab_size,
+        target_layer_ids=meta.target_layer_ids,
+        candidate_sizes=meta.block_sizes,
+        projection_dim=config.projection_dim,
+        hidden_sizes=config.hidden_sizes,
+        choice=config.choice,
+        target_id=meta.target_id,
+        drafter_id=meta.drafter_id,
+        training_block_size=meta.training_block_size,
+        temperature=meta.temperature,
+        best_fixed_size=best_fixed,
+        cost=cost,
+        name=config.name,
+    )
+
+
+def training_tensors(records: list[PromptRecord], spec: FeatureSpec, sizes: list[int]):
+    """groups (N, G, H), stats (N, S), log tau targets (N, C) for the candidate sizes."""
+    feats = [PrefillFeatures.from_list(r.features, spec) for r in records]
+    groups, stats = stack_features(feats)
+    taus = torch.tensor([[r.taus()[b] for b in sizes] for r in records], dtype=torch.float32)  # (N, C)
+    return groups, stats, taus.log()
+
+
+def fit_head(policy: BlockPolicy, records: list[PromptRecord], config: FitConfig) -> list[float]:
+    """Full-batch AdamW on MSE(log tau); returns the loss curve. The stats standardisation comes from `records`."""
+    groups, stats, target = training_tensors(records, policy.config.features, policy.config.candidate_sizes)
+    policy.stats_mean.copy_(stats.mean(dim=0))
+    policy.stats_std.copy_(stats.std(dim=0, unbiased=False).clamp(min=1e-3))
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
+    losses = []
+    policy.train()
+    for _ in range(config.epochs):
+        loss = torch.nn.functional.mse_loss(policy(groups, stats).log(), target)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+        losses.append(loss.item())
+    policy.eval()
+    return losses
+
+
+def fit_policy(
+    meta: CollectMeta, records: list[PromptRecord], config: FitConfig, cost: CostModel | None = None
+) -> BlockPolicy:
+    """A trained head (no held-out split here: pass the training records). `cost` defaults to the collected one."""
+    for r in records:
+        missing = set(meta.block_sizes) - set(r.taus())
+        if missing:
+            raise ValueError(
+                f"prompt {r.prompt_id} lacks runs at sizes {sorted(missing)}; the collect folder is inconsistent."
+            )
+    cost = cost or cost_from_records(records, meta.device)
+    best = best_fixed_size([r.taus() for r in records], cost, config.choice)
+    torch.manual_seed(config.seed)
+    policy = BlockPolicy(policy_config(meta, config, cost, best))
+    losses = fit_head(policy, records, config)
+    logger.info(
+        "trained %s on %d prompts: loss %.4f -> %.4f", config.name, len(records), losses[0], losses[-1]
+    )
+    return policy
+
+
+def train_policy(
+    collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None
+) -> BlockPolicy:
+    """Read a collect folder, fit on the non-held-out prompts, measure on the held-out ones, write the folder."""
+    from ..policy.config import MeasuredResult
+    from .evaluate import evaluate_records
+
+    meta, records = read_records(Path(collect_dir))
+    if not records:
+        raise ValueError(f"{collect_dir} holds no collected prompts yet; run `blockpilot collect` first.")
+    train, heldout = split_records(records, config.heldout_fraction)
+    policy = fit_policy(meta, train, config, cost)
+    if heldout:
+        report = evaluate_records(policy, heldout, cost=policy.config.cost)
+        policy.config.results = [
+            MeasuredResult(
+                f"{m.method} {m.metric}",
+                m.value,
+                f"{len(heldout)} held-out prompts, split of training collect",
+            )
+            for m in report.headline()
+        ]
+    policy.save_pretrained(out)
+    return policy

@@ -1,0 +1,237 @@
+"""Checkpoints move both ways: z-lab's format -> `DFlashDrafter` -> `save_pretrained` -> `AutoModel`, weights equal;
+config fields, dtype and attention implementation are honored; Hub ids resolve from the local cache offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import huggingface_hub.constants
+import pytest
+import torch
+import transformers
+from safetensors.torch import load_file, save_file
+
+import blockpilot_hf  # noqa: F401  (registers the dflash config and model with the Auto classes)
+from blockpilot_hf import DFlashConfig, DFlashDrafter
+
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, VOCAB = 32, 4, 2, 8, 48, 2, 64
+TARGET_LAYER_IDS = [1, 3, 5]
+
+
+def zlab_weight_names(layers: int) -> list[str]:
+    """z-lab's tensor names: 3 shared, 11 per layer; no embeddings, no LM head, no biases."""
+    per_layer = [
+        "input_layernorm",
+        "post_attention_layernorm",
+        "self_attn.q_proj",
+        "self_attn.k_proj",
+        "self_attn.v_proj",
+        "self_attn.o_proj",
+        "self_attn.q_norm",
+        "self_attn.k_norm",
+        "mlp.gate_proj",
+        "mlp.up_proj",
+        "mlp.down_proj",
+    ]
+    return ["fc.weight", "hidden_norm.weight", "norm.weight"] + [
+        f"layers.{i}.{name}.weight" for i in range(layers) for name in per_layer
+    ]
+
+
+def zlab_shape(name: str) -> tuple[int, ...]:
+    n_ctx = len(TARGET_LAYER_IDS)
+    shapes = {
+        "fc": (HIDDEN, n_ctx * HIDDEN),
+        "q_proj": (HEADS * HEAD_DIM, HIDDEN),
+        "k_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
+        "v_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
+        "o_proj": (HIDDEN, HEADS * HEAD_DIM),
+        "q_norm": (HEAD_DIM,),
+        "k_norm": (HEAD_DIM,),
+        "gate_proj": (FFN, HIDDEN),
+        "up_proj": (FFN, HIDDEN),
+        "down_proj": (HIDDEN, FFN),
+    }
+    return shapes.get(name.split(".")[-2], (HIDDEN,))  # the norms not listed are (HIDDEN,)
+
+
+def write_zlab_folder(
+    folder: Path, seed: int = 0, dflash_extra: dict | None = None, **top_level
+) -> dict[str, torch.Tensor]:
+    """A z-lab-format checkpoint (config.json for remote code + model.safetensors); returns the tensors written."""
+    g = torch.Generator().manual_seed(seed)
+    tensors = {name: torch.randn(zlab_shape(name), generator=g) * 0.2 for name in zlab_weight_names(LAYERS)}
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "hidden_size": HIDDEN,
+        "intermediate_size": FFN,
+        "num_hidden_layers": LAYERS,
+        "num_attention_heads": HEADS,
+        "num_key_value_heads": KV_HEADS,
+        "head_dim": HEAD_DIM,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "vocab_size": VOCAB,
+        "dtype": "bfloat16",
+        "block_size": 16,
+        "num_target_layers": 8,
+        "dflash_config": {
+            "mask_token_id": VOCAB - 1,
+            "target_layer_ids": TARGET_LAYER_IDS,
+            **(dflash_extra or {}),
+        },
+        **top_level,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(folder / "model.safetensors"))
+    return tensors
+
+
+def assert_weights_equal(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:
+    state = model.state_dict()
+    assert set(tensors) <= set(state)
+    for name, tensor in tensors.items():
+        assert torch.equal(state[name].float(), tensor.float()), name
+
+
+def block_output(drafter: DFlashDrafter, seed: int = 3) -> torch.Tensor:
+    """Drafter output (1, 5, H) for a fixed block and 7 context positions, run in two calls through a cache."""
+    g = torch.Generator().manual_seed(seed)
+    n_ctx = drafter.config.num_context_layers
+    context = torch.randn(1, 7, n_ctx * HIDDEN, generator=g).to(drafter.dtype)
+    block = torch.randn(1, 5, HIDDEN, generator=g).to(drafter.dtype)
+    cache = transformers.DynamicCache(config=drafter.config)
+    with torch.no_grad():
+        drafter(block, context[:, :4], cache=cache)
+        cache.crop(-5)  # keep the context K/V only, as decoding does
+        return drafter(block, context[:, 4:], cache=cache).last_hidden_state.float()
+
+
+def test_zlab_folder_round_trips_through_save_pretrained_and_automodel(tmp_path):
+    tensors = write_zlab_folder(tmp_path / "zlab")
+    drafter = DFlashDrafter.from_pretrained(tmp_path / "zlab", dtype=torch.float32)
+    cfg = drafter.config
+    assert (cfg.block_size, cfg.mask_token_id, cfg.target_layer_ids, cfg.num_target_layers) == (
+        16,
+        VOCAB - 1,
+        TARGET_LAYER_IDS,
+        8,
+    )
+    assert_weights_equal(drafter, tensors)
+
+    drafter.save_pretrained(tmp_path / "ours")
+    saved = load_file(str(tmp_path / "ours" / "model.safetensors"))
+    assert set(saved) == set(tensors)  # the same names as z-lab's: the file moves back too
+    assert json.loads((tmp_path / "ours" / "config.json").read_text())["model_type"] == "dflash"
+
+    auto = transformers.AutoModel.from_pretrained(tmp_path / "ours")
+    assert isinstance(auto, DFlashDrafter) and auto.config.target_layer_ids == TARGET_LAYER_IDS
+    assert_weights_equal(auto, tensors)
+    assert torch.equal(block_output(auto), block_output(drafter))
+
+
+def test_block_size_inside_dflash_config_wins(tmp_path):
+    write_zlab_folder(tmp_path / "new", dflash_extra={"block_size": 10})
+    write_zlab_folder(tmp_path / "old")
+    assert DFlashDrafter.from_pretrained(tmp_path / "new").config.block_size == 10
+    assert DFlashDrafter.from_pretrained(tmp_path / "old").config.block_size == 16
+
+
+def test_input_embedding_scale_multiplies_the_block_embeddings(tmp_path):
+    write_zlab_folder(tmp_path / "plain")
+    write_zlab_folder(tmp_path / "scaled", input_embedding_scale=2.0)
+    plain = DFlashDrafter.from_pretrained(tmp_path / "plain", dtype=torch.float64)
+    scaled = DFlashDrafter.from_pretrained(tmp_path / "scaled", dtype=torch.float64)
+    assert scaled.config.input_embedding_scale == 2.0
+    g = torch.Generator().manual_seed(0)
+    context = torch.randn(1, 4, 3 * HIDDEN, generator=g, dtype=torch.float64)
+    block = torch.randn(1, 5, HIDDEN, generator=g, dtype=torch.float64)
+    with torch.no_grad():
+        out_scaled = scaled(block, context).last_hidden_state
+        assert not torch.allclose(out_scaled, plain(block, context).last_hidden_state)
+        assert torch.allclose(out_scaled, plain(2.0 * block, context).last_hidden_state)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_loads_in_the_requested_dtype(tmp_path, dtype):
+    tensors = write_zlab_folder(tmp_path / "zlab")
+    drafter = DFlashDrafter.from_pretrained(tmp_path / "zlab", dtype=dtype)
+    assert {p.dtype for p in drafter.parameters()} == {dtype}
+    for name, tensor in tensors.items():
+        assert torch.equal(drafter.state_dict()[name], tensor.to(dtype)), name
+    assert torch.isfinite(block_output(drafter)).all()
+
+
+def test_sdpa_and_eager_attention_agree(tmp_path):
+    write_zlab_folder(tmp_path / "zlab")
+    eager = DFlashDrafter.from_pretrained(tmp_path / "zlab", attn_implementation="eager")
+    sdpa = DFlashDrafter.from_pretrained(tmp_path / "zlab", attn_implementation="sdpa")
+    assert (eager.config._attn_implementation, sdpa.config._attn_implementation) == ("eager", "sdpa")
+    assert torch.allclose(block_output(eager), block_output(sdpa), atol=1e-5)
+
+
+def populate_hub_cache(hub_cache: Path, repo_id: str, source: Path) -> None:
+    """The layout huggingface_hub writes: models--org--name/{refs/main, snapshots/<sha>/<files>}."""
+    sha = "0123456789abcdef0123456789abcdef01234567"
+    repo = hub_cache / f"models--{repo_id.replace('/', '--')}"
+    snapshot = repo / "snapshots" / sha
+    snapshot.mkdir(parents=True)
+    for file in source.iterdir():
+        (snapshot / file.name).write_bytes(file.read_bytes())
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(sha)
+
+
+@pytest.fixture
+def offline_hub_cache(tmp_path, monkeypatch) -> Path:
+    """An empty HF hub cache in tmp, with HF_HUB_OFFLINE=1: nothing may touch the network."""
+    cache = tmp_path / "hf_home" / "hub"
+    cache.mkdir(parents=True)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf_home"))
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", True)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(cache))
+    return cache
+
+
+def test_hub_id_loads_from_the_cache_offline(tmp_path, offline_hub_cache):
+    tensors = write_zlab_folder(tmp_path / "zlab")
+    populate_hub_cache(offline_hub_cache, "z-lab/Tiny-DFlash-b16", tmp_path / "zlab")
+    drafter = DFlashDrafter.from_pretrained("z-lab/Tiny-DFlash-b16")
+    assert drafter.config.target_layer_ids == TARGET_LAYER_IDS
+    assert_weights_equal(drafter, tensors)
+
+
+def test_hub_id_not_in_the_cache_offline_says_what_to_do(offline_hub_cache):
+    with pytest.raises(
+        OSError, match=r"not in the local Hugging Face cache and HF_HUB_OFFLINE=1.*hf download z-lab/Absent"
+    ):
+        DFlashDrafter.from_pretrained("z-lab/Absent")
+
+
+def test_config_class_round_trips_our_own_format(tmp_path):
+    config = DFlashConfig(
+        hidden_size=HIDDEN,
+        num_hidden_layers=2,
+        num_attention_heads=HEADS,
+        num_key_value_heads=KV_HEADS,
+        head_dim=HEAD_DIM,
+        vocab_size=VOCAB,
+        mask_token_id=5,
+        num_target_layers=12,
+        block_size=6,
+    )
+    config.save_pretrained(tmp_path)
+    loaded = transformers.AutoConfig.from_pretrained(tmp_path)
+    assert isinstance(loaded, DFlashConfig)
+    assert (loaded.block_size, loaded.mask_token_id, loaded.target_layer_ids) == (
+        6,
+        5,
+        [1, 9],
+    )  # default: 2 ids spaced over 1..L-3

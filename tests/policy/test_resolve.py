@@ -1,0 +1,126 @@
+"""`generate(block_policy=...)`: every accepted form, the chosen size reported, output identical to plain greedy."""
+
+import pytest
+import torch
+
+from blockpilot_hf import BlockPolicy
+from blockpilot_hf.policy import EntropyPolicy, calibrate, load_calibration
+from blockpilot_hf.policy.resolve import resolve_block_policy
+from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
+from tests.policy.conftest import REPO, populate
+
+pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+
+NEW = 12
+
+
+@pytest.fixture(scope="module")
+def pair():
+    return tiny_pair()
+
+
+def run(target, drafter, ids, **kwargs):
+    return target.generate(
+        input_ids=ids,
+        max_new_tokens=NEW,
+        do_sample=False,
+        assistant_model=drafter,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+
+
+def fresh_prompts(pair):
+    """An easy and a hard prompt never seen in training, each with its per-prompt oracle drafter."""
+    target, drafter = pair
+    out = []
+    for item in synthetic_items(2, seed=99, prefix="fresh"):
+        ids = torch.tensor([item.input_ids])
+        plain = target.generate(input_ids=ids, max_new_tokens=NEW, do_sample=False)
+        out.append((item.source, ids, plain, oracle_factory(drafter)(item, plain)))
+    return out
+
+
+@pytest.mark.parametrize("form", ["folder", "hub-id", "instance"])
+def test_policy_forms_choose_known_size_and_stay_lossless(task, pair, form, offline_cache):
+    target, _ = pair
+    if form == "hub-id":
+        populate(offline_cache, task.policy_dir)
+    block_policy = {
+        "folder": str(task.policy_dir),
+        "hub-id": REPO,
+        "instance": BlockPolicy.from_pretrained(task.policy_dir),
+    }[form]
+    for kind, ids, plain, drafter in fresh_prompts(pair):
+        out = run(target, drafter, ids, block_policy=block_policy)
+        assert torch.equal(out.sequences, plain)
+        stats = out.blockpilot
+        assert stats.block_size == (8 if kind == "easy" else 1), kind  # the known right answers
+        assert stats.policy == "blockpilot:synthetic"
+        assert 0 < stats.policy_time < stats.total_time
+
+
+@pytest.mark.parametrize("forced", [1, 2, 3, 5, 8, 32])
+def test_any_choice_is_token_identical_to_plain_greedy(pair, forced):
+    target, drafter = pair
+    ids = torch.tensor([synthetic_items(1, seed=7)[0].input_ids])
+    plain = target.generate(input_ids=ids, max_new_tokens=NEW, do_sample=False)
+    out = run(target, drafter, ids, block_policy=lambda prefill: forced)
+    assert torch.equal(out.sequences, plain)
+    assert out.blockpilot.block_size == forced and out.blockpilot.policy == "<lambda>"
+
+
+def test_baseline_chooser_in_generate(pair):
+    target, drafter = pair
+    ids = torch.tensor([synthetic_items(1, seed=3)[0].input_ids])
+    plain = target.generate(input_ids=ids, max_new_tokens=NEW, do_sample=False)
+    out = run(target, drafter, ids, block_policy=EntropyPolicy([1, 2, 4, 8]))
+    assert torch.equal(out.sequences, plain) and out.blockpilot.policy == "entropy"
+    assert out.blockpilot.block_size in (1, 2, 4, 8)
+
+
+@pytest.mark.parametrize(
+    "bad, error, message",
+    [
+        (lambda p: 0, ValueError, "returned an invalid block size: block size 0 is out of range"),
+        (lambda p: 33, ValueError, "out of range: use 1 .* to 32"),
+        (lambda p: 4.0, TypeError, "must be an int"),
+    ],
+)
+def test_bad_chooser_answers_are_caught(pair, bad, error, message):
+    target, drafter = pair
+    with pytest.raises(error, match=message):
+        run(target, drafter, torch.tensor([[1, 2, 3]]), block_policy=bad)
+
+
+def test_resolve_errors(task, pair, tmp_path):
+    target, drafter = pair
+    with pytest.raises(ValueError, match="Unknown block_policy 2.5 \\(float\\)"):
+        resolve_block_policy(2.5, None, drafter, target)
+    with pytest.raises(ValueError, match="either `block_size` or `block_policy`"):
+        resolve_block_policy(str(task.policy_dir), 4, drafter, target)
+    with pytest.raises(FileNotFoundError, match="not a BlockPilot policy: it lacks config.json"):
+        resolve_block_policy(str(tmp_path), None, drafter, target)
+    policy = BlockPolicy.from_pretrained(task.policy_dir)
+    drafter.config.block_size = 1 + 1  # now the largest allowed size is 8: exactly fits
+    try:
+        resolve_block_policy(policy, None, drafter, target)
+        policy.config.candidate_sizes = [1, 2, 4, 8, 12]
+        with pytest.raises(ValueError, match="can choose block size 12, which this drafter refuses"):
+            resolve_block_policy(policy, None, drafter, target)
+    finally:
+        drafter.config.block_size = 8
+
+
+def test_calibration_is_cached_and_preferred(task, pair):
+    target, drafter = pair
+    assert load_calibration(target, drafter) is None
+    cost = calibrate(target, drafter, [1, 2, 4, 8], steps=2)
+    assert (
+        cost.block_sizes == [1, 2, 4, 8] and all(s > 0 for s in cost.seconds) and cost.source == "calibrated"
+    )
+    assert load_calibration(target, drafter) == cost
+    policy = BlockPolicy.from_pretrained(task.policy_dir)
+    resolve_block_policy(policy, None, drafter, target)
+    assert policy.cost_model == cost  # this machine's measurement, not the stored synthetic one
+    assert policy.use_cost_model(None).cost_model == policy.config.cost

@@ -1,0 +1,102 @@
+"""`collect`: what a row holds, resuming after a crash without duplicates or losses, damaged files."""
+
+import json
+
+import pytest
+
+from blockpilot_hf.training.collect import CollectConfig, collect
+from blockpilot_hf.training.records import read_records, shard_path
+from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
+
+pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+
+CONFIG = CollectConfig(block_sizes=[4], max_new_tokens=6)
+
+
+def test_collected_rows_hold_the_known_answers(task):
+    assert task.meta.block_sizes == [1, 2, 4, 8]  # size 1 is always added
+    assert len(task.train) == 24 and len({r.prompt_id for r in task.train}) == 24
+    for record in task.train:
+        assert all(run.matches_greedy for run in record.runs)
+        assert len(record.features) == task.policy.config.features.size
+        taus = record.taus()
+        assert taus[1] == 1.0
+        if (
+            record.source == "easy"
+        ):  # perfect drafts: 11 tokens after the first one, committed 8 + 3 at size 8
+            assert taus[8] == pytest.approx(5.5) and record.run(8).acceptance_lengths == [8, 3]
+        else:  # always-wrong drafts: one token per step at every size
+            assert set(taus.values()) == {1.0}
+        for run in record.runs:
+            assert run.step_seconds > 0 and run.tokens_per_second > 0 and run.new_tokens == 12
+
+
+class Crash(RuntimeError):
+    pass
+
+
+def crashing_factory(drafter, after: int):
+    """A drafter factory that raises (like a killed job) when asked for prompt number `after`."""
+    make, calls = oracle_factory(drafter), []
+
+    def factory(item, reference):
+        calls.append(item.prompt_id)
+        if len(calls) > after:
+            raise Crash("simulated interruption")
+        return make(item, reference)
+
+    return factory
+
+
+def test_collect_resumes_without_duplicates_or_losses(tmp_path):
+    target, drafter = tiny_pair()
+    items = synthetic_items(5, seed=3)
+    with pytest.raises(Crash):
+        collect(target, crashing_factory(drafter, after=2), items, tmp_path, CONFIG, meta_drafter=drafter)
+    _, first = read_records(tmp_path)
+    assert [r.prompt_id for r in first] == [i.prompt_id for i in items[:2]]
+    # A torn half-line, as a kill in the middle of a write leaves it:
+    with shard_path(tmp_path, 0).open("a") as f:
+        f.write('{"prompt_id": "syn/3/2", "sour')
+    _, still = read_records(tmp_path)
+    assert len(still) == 2  # the torn line is tolerated
+    new = collect(target, oracle_factory(drafter), items, tmp_path, CONFIG, meta_drafter=drafter)
+    assert [r.prompt_id for r in new] == [i.prompt_id for i in items[2:]]  # only the missing ones ran
+    _, rows = read_records(tmp_path)
+    assert [r.prompt_id for r in rows] == [i.prompt_id for i in items]  # nothing lost, nothing twice
+    assert rows[:2] == first  # earlier rows untouched
+    lines = shard_path(tmp_path, 0).read_text().splitlines()
+    assert len(lines) == 5 and all(json.loads(line) for line in lines)  # the torn tail was cut, not kept
+    assert collect(target, oracle_factory(drafter), items, tmp_path, CONFIG, meta_drafter=drafter) == []
+
+
+def test_damaged_collect_folders_give_clear_errors(task, tmp_path):
+    import shutil
+
+    folder = tmp_path / "c"
+    shutil.copytree(task.heldout_dir, folder)
+    shard = shard_path(folder, 0)
+    lines = shard.read_text().splitlines()
+    shard.write_text("\n".join([lines[0], lines[1][:50], *lines[2:]]) + "\n")
+    with pytest.raises(ValueError, match=r"line 2 is not valid JSON .* the file is corrupt"):
+        read_records(folder)
+    shard.write_text(json.dumps({"prompt_id": "x", "runs": []}) + "\n")
+    with pytest.raises(ValueError, match="line 1 is not a collect record"):
+        read_records(folder)
+    (folder / "collect.json").unlink()
+    with pytest.raises(FileNotFoundError, match="lacks collect.json"):
+        read_records(folder)
+    (folder / "collect.json").write_text("{ nope")
+    with pytest.raises(ValueError, match="collect.json is corrupt"):
+        read_records(folder)
+
+
+def test_resume_with_other_settings_is_refused(tmp_path):
+    target, drafter = tiny_pair()
+    items = synthetic_items(1, seed=5)
+    collect(target, oracle_factory(drafter), items, tmp_path, CONFIG, meta_drafter=drafter)
+    other = CollectConfig(block_sizes=[2], max_new_tokens=6)
+    with pytest.raises(ValueError, match="collected with other settings \\(block_sizes differ\\)"):
+        collect(target, oracle_factory(drafter), items, tmp_path, other, meta_drafter=drafter)
+    with pytest.raises(ValueError, match="Pass `meta_drafter`"):
+        collect(target, oracle_factory(drafter), items, tmp_path, CONFIG)

@@ -1,0 +1,91 @@
+"""The synthetic task is learned; train-policy / evaluate-policy write what they promise."""
+
+import pytest
+
+from blockpilot_hf import BlockPolicy
+from blockpilot_hf.cli import main
+from blockpilot_hf.training.evaluate import evaluate_policy, evaluate_records
+from blockpilot_hf.training.fit import FitConfig, is_heldout, split_records, train_policy
+from blockpilot_hf.training.synthetic import SYNTHETIC_COST, best_size
+
+pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+
+
+def test_head_learns_the_known_best_size_on_heldout_prompts(task):
+    report = evaluate_records(task.policy, task.heldout, cost=SYNTHETIC_COST)
+    chosen = report.choices["blockpilot"]
+    truth = [best_size(r.source, [1, 2, 4, 8]) for r in task.heldout]
+    assert report.choices["oracle"] == truth  # the oracle recovers the construction
+    accuracy = sum(c == t for c, t in zip(chosen, truth, strict=True)) / len(truth)
+    assert accuracy >= 0.75, (chosen, truth)  # chance is 0.25 (4 sizes); the best single size gets 0.5
+    mine, fixed = report.score("blockpilot"), report.score("best-fixed:8")
+    assert fixed.accuracy == 0.5
+    assert mine.regret < fixed.regret  # mean per-prompt loss vs the oracle
+    # The paper's rule (argmax tau) cannot see that drafting does not pay on hard prompts:
+    assert (
+        report.score("blockpilot", "hard").accuracy > report.score("blockpilot-classifier", "hard").accuracy
+    )
+
+
+def test_heldout_split_is_deterministic_and_disjoint(task):
+    train, heldout = split_records(task.train, 0.25)
+    assert train and heldout and not {r.prompt_id for r in train} & {r.prompt_id for r in heldout}
+    assert all(is_heldout(r.prompt_id, 0.25) for r in heldout)
+    assert split_records(task.train, 0.25) == (train, heldout)
+    with pytest.raises(ValueError, match="heldout_fraction"):
+        FitConfig(heldout_fraction=1.0)
+
+
+def test_train_policy_writes_folder_with_results(task, tmp_path):
+    policy = train_policy(
+        task.train_dir, tmp_path / "p", FitConfig(heldout_fraction=0.25, epochs=50), cost=SYNTHETIC_COST
+    )
+    loaded = BlockPolicy.from_pretrained(tmp_path / "p")
+    assert loaded.config.candidate_sizes == [1, 2, 4, 8] and loaded.config.training_block_size == 8
+    assert loaded.config.cost == SYNTHETIC_COST and loaded.config.best_fixed_size in (1, 8)
+    names = [r.name for r in loaded.config.results]
+    assert "blockpilot regret vs oracle" in names and "blockpilot accuracy vs oracle" in names
+    assert "blockpilot regret vs oracle" in (tmp_path / "p" / "README.md").read_text()
+    assert policy.config == loaded.config
+
+
+def test_cli_train_and_evaluate_with_plots(task, tmp_path, capsys):
+    main(
+        [
+            "train-policy",
+            str(task.train_dir),
+            "--out",
+            str(tmp_path / "p"),
+            "--epochs",
+            "20",
+            "--hidden-sizes",
+            "16",
+        ]
+    )
+    assert BlockPolicy.from_pretrained(tmp_path / "p").config.hidden_sizes == [16]
+    main(["evaluate-policy", str(task.policy_dir), str(task.heldout_dir), "--plots", str(tmp_path / "plots")])
+    table = capsys.readouterr().out
+    for row in (
+        "| all | blockpilot |",
+        "| easy | oracle |",
+        "| hard | entropy |",
+        "| all | training-size:8 |",
+    ):
+        assert row in table
+    assert sorted(p.name for p in (tmp_path / "plots").iterdir()) == [
+        "best_sizes.png",
+        "predicted_vs_actual.png",
+        "tau_vs_size.png",
+    ]
+
+
+def test_evaluate_refuses_data_without_the_policy_sizes(task, tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "c"
+    shutil.copytree(task.heldout_dir, folder)
+    meta = json.loads((folder / "collect.json").read_text())
+    (folder / "collect.json").write_text(json.dumps({**meta, "block_sizes": [1, 2, 4]}))
+    with pytest.raises(ValueError, match="no runs at sizes \\[8\\]"):
+        evaluate_policy(task.policy_dir, folder)
