@@ -1,0 +1,88 @@
+"""`BenchConfig`: every default of the benchmark harness in one place (the `blockpilot bench` flags are built from it).
+
+Arm names are constants here too, so the harness, the metrics and the report agree on them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+# Arms that run generate (in this order within a prompt) ...
+BASELINE = "baseline"  # plain `generate`
+PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
+DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its training block size
+BLOCKPILOT = "blockpilot"  # our engine with a learned per-request block size
+FIXED_PREFIX = "fixed:"  # our engine at one fixed block size, e.g. "fixed:4"
+# ... and arms derived from the fixed-size runs, without extra runs.
+BEST_FIXED = "best-fixed"  # the one size that was fastest on the dev prompts
+ORACLE = "oracle"  # per prompt, the fastest measured fixed size
+
+RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT)
+DERIVED_ARMS = (BEST_FIXED, ORACLE)
+EMBEDDED = "embedded"
+
+
+def fixed_arm(size: int) -> str:
+    return f"{FIXED_PREFIX}{size}"
+
+
+@dataclass
+class BenchConfig:
+    """Settings of one benchmark run; `blockpilot bench --help` shows these fields."""
+
+    datasets: list[str] = field(
+        default_factory=lambda: ["gsm8k", "humaneval", "mt-bench"],
+        metadata={"help": "prompt sources (gsm8k, humaneval, mt-bench or a .jsonl file of prompts)"},
+    )
+    limit: int = field(default=20, metadata={"help": "evaluation prompts per dataset (eval split)"})
+    temperatures: list[float] = field(
+        default_factory=lambda: [0.0, 1.0], metadata={"help": "sampling temperatures; 0 = greedy"}
+    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "seeds of the sampled (T>0) runs"})
+    block_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 3, 4, 6, 8], metadata={"help": "fixed block sizes run by our engine (the grid)"}
+    )
+    arms: list[str] = field(
+        default_factory=lambda: list(RUN_ARMS),
+        metadata={"help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot"},
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})
+    max_turns: int = field(default=2, metadata={"help": "turns per multi-turn prompt (MT-Bench has 2)"})
+    dev_limit: int = field(
+        default=3,
+        metadata={"help": "dev prompts per dataset (policy split, greedy) that choose the best fixed size; 0 = none"},
+    )
+    prompt_lookup_num_tokens: int = field(default=10, metadata={"help": "draft length of prompt lookup decoding"})
+    warmup_tokens: int = field(default=8, metadata={"help": "tokens of the untimed warm-up run of each arm"})
+    target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded), a folder or a Hub id"})
+    drafter: str = field(default=EMBEDDED, metadata={"help": "DFlash drafter folder or Hub id; 'embedded' = shipped"})
+    policy: str = field(
+        default=EMBEDDED, metadata={"help": "BlockPilot policy folder or Hub id; 'embedded' = shipped; 'none' = no arm"}
+    )
+    device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
+    dtype: str = field(default="float32", metadata={"help": "model dtype: float32, bfloat16 or float16"})
+    attn_implementation: str = field(default="", metadata={"help": "attention kernel (eager, sdpa, ...); '' = default"})
+    threads: int = field(default=0, metadata={"help": "torch intra-op threads on CPU; 0 = torch's default"})
+    out: str = field(default="results", metadata={"help": "output folder (raw.jsonl is resumed if present)"})
+
+    def __post_init__(self) -> None:
+        self.block_sizes = sorted({int(b) for b in self.block_sizes})
+        self.temperatures = [float(t) for t in self.temperatures]
+        unknown = sorted(set(self.arms) - set(RUN_ARMS))
+        if unknown:
+            raise ValueError(f"Unknown arms {unknown}: choose from {list(RUN_ARMS)}.")
+        if BASELINE not in self.arms:
+            raise ValueError("The baseline arm is required: every speed-up is measured against it.")
+        if not self.block_sizes or self.block_sizes[0] < 1:
+            raise ValueError(f"block_sizes must be >= 1, got {self.block_sizes}.")
+        if any(t < 0 for t in self.temperatures) or not self.temperatures:
+            raise ValueError(f"temperatures must be >= 0, got {self.temperatures}.")
+        for name in ("limit", "max_new_tokens", "max_turns"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.dtype not in ("float32", "bfloat16", "float16"):
+            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}.")
+
+    def seeds_for(self, temperature: float) -> list[int]:
+        """Greedy runs are deterministic: one seed (0); sampled runs use every seed."""
+        return list(self.seeds) if temperature > 0 else [0]

@@ -1,0 +1,139 @@
+"""Typed records of a benchmark: one `RunRecord` per (prompt, turn, temperature, seed, arm), one JSON line each.
+
+`raw.jsonl` is appended one finished run at a time, so an interrupted benchmark resumes where it stopped;
+`bench.json` (`BenchMeta`) remembers what produced the rows, so a resume with other models is refused.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+
+logger = logging.getLogger(__name__)
+
+RAW_NAME = "raw.jsonl"
+META_NAME = "bench.json"
+
+RunKey = tuple[str, str, str, int, float, int, str]  # split, dataset, prompt id, turn, temperature, seed, arm
+UnitKey = tuple[str, str, str, int, float, int]  # the same without the arm: one prompt turn at one T and seed
+
+
+@dataclass
+class RunRecord:
+    """What one arm did on one prompt turn. Times are seconds; `ttft` is the time to the first new token.
+
+    `block_size` is the size used (chosen, for BlockPilot; None for arms without one); `tau` and
+    `acceptance_lengths` exist for our engine only. `identical` compares greedy output with the baseline's
+    (None when sampling). `peak_memory` is bytes: CUDA peak allocated, or the process's peak RSS on CPU."""
+
+    split: str
+    dataset: str
+    prompt_id: str
+    turn: int
+    temperature: float
+    seed: int
+    arm: str
+    prompt_tokens: int
+    new_tokens: int
+    total_time: float
+    ttft: float
+    block_size: int | None = None
+    tau: float | None = None
+    acceptance_lengths: list[int] = field(default_factory=list)
+    policy_time: float = 0.0
+    draft_time: float = 0.0
+    verify_time: float = 0.0
+    peak_memory: int = 0
+    identical: bool | None = None
+    output_ids: list[int] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
+
+    @property
+    def key(self) -> RunKey:
+        return (*self.unit, self.arm)
+
+    @property
+    def unit(self) -> UnitKey:
+        return (self.split, self.dataset, self.prompt_id, self.turn, self.temperature, self.seed)
+
+    def renamed(self, arm: str) -> RunRecord:
+        """The same measurement under another arm name (derived arms reuse fixed-size runs)."""
+        return replace(self, arm=arm)
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_dict(cls, data: dict) -> RunRecord:
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+@dataclass
+class BenchMeta:
+    """What produced a results folder; a resume must match it (other models or lengths would mix numbers)."""
+
+    target: str
+    drafter: str
+    policy: str
+    max_new_tokens: int
+    dtype: str
+    device: str
+    attn_implementation: str
+    training_block_size: int
+
+    def save(self, folder: Path) -> None:
+        (folder / META_NAME).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+
+    @classmethod
+    def load(cls, folder: Path) -> BenchMeta | None:
+        path = folder / META_NAME
+        return cls(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+
+    def check_same(self, other: BenchMeta, folder: Path) -> None:
+        """Refuse to resume `folder` with a different setup, naming what differs."""
+        diff = {k: (v, getattr(other, k)) for k, v in asdict(self).items() if getattr(other, k) != v}
+        if diff:
+            changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
+            raise ValueError(f"{folder} holds results of another setup ({changes}); use a new --out folder.")
+
+
+def read_raw(folder: Path) -> list[RunRecord]:
+    """Every record in `folder/raw.jsonl` (a torn last line from a crash is skipped with a warning)."""
+    path = Path(folder) / RAW_NAME
+    if not path.is_file():
+        return []
+    records = []
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i, line in enumerate(lines):
+        if not line.strip():
+            continue
+        try:
+            records.append(RunRecord.from_dict(json.loads(line)))
+        except (json.JSONDecodeError, TypeError) as err:
+            if i < len(lines) - 1:
+                raise ValueError(f"{path}: line {i + 1} is not a run record ({err}).") from err
+            logger.warning("%s: skipping a torn last line from an interrupted run", path)
+    return records
+
+
+class RawWriter:
+    """Appends records to `folder/raw.jsonl`, one flushed line each, after cutting a torn tail."""
+
+    def __init__(self, folder: Path):
+        self.path = Path(folder) / RAW_NAME
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if self.path.is_file():
+            data = self.path.read_bytes()
+            if data and not data.endswith(b"\n"):
+                with self.path.open("r+b") as f:
+                    f.truncate(data.rfind(b"\n") + 1)
+
+    def write(self, record: RunRecord) -> None:
+        with self.path.open("a", encoding="utf-8") as f:
+            f.write(record.to_json() + "\n")
