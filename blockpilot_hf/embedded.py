@@ -10,7 +10,7 @@ import logging
 import os
 from pathlib import Path
 
-from .constants import CACHE_HOME, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
+from .constants import CACHE_HOME, CONFIG_NAME, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -76,12 +76,23 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     tmp.replace(out) if not out.exists() else None
 
 
+def require_embedded_drafter() -> None:
+    """Raise a clear error when the shipped drafter is not in this installation (before loading anything)."""
+    if not (EMBEDDED_DRAFTER_DIR / CONFIG_NAME).is_file():
+        raise FileNotFoundError(
+            f"the embedded drafter is missing: {EMBEDDED_DRAFTER_DIR} has no {CONFIG_NAME}. This copy of blockpilot-hf "
+            "was installed without its assets; reinstall the package, or pass your own drafter "
+            "(e.g. `blockpilot bench --drafter DIR`)."
+        )
+
+
 def load_embedded(dtype=None):
     """Return (target, tokenizer, drafter, policy) of the embedded default, with the target `enable`d."""
     from .drafter import DFlashDrafter
     from .generation import enable
     from .policy import BlockPolicy
 
+    require_embedded_drafter()
     target, tokenizer = load_smollm2(dtype)
     drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR, dtype=target.dtype)
     policy = BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR) if (EMBEDDED_POLICY_DIR / "config.json").is_file() else None

@@ -78,7 +78,7 @@ def rotated(arms: list[Arm], shift: int) -> list[Arm]:
 
 
 class FirstTokenTimer:
-    """A `generate` streamer that only notes when the first new token arrives (the first `put` is the prompt)."""
+    """A `generate` streamer that notes when the first new token arrives (the first `put` is the prompt)."""
 
     def __init__(self, device: torch.device):
         self.device, self.calls, self.first_token_at = device, 0, None
@@ -124,7 +124,9 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
         kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
     pad = models.target.generation_config.pad_token_id
     if pad is None:
-        kwargs["pad_token_id"] = getattr(models.tokenizer, "pad_token_id", None) or models.tokenizer.eos_token_id
+        kwargs["pad_token_id"] = (
+            getattr(models.tokenizer, "pad_token_id", None) or models.tokenizer.eos_token_id
+        )
     if arm.kind == PROMPT_LOOKUP:
         kwargs["prompt_lookup_num_tokens"] = config.prompt_lookup_num_tokens
     elif arm.kind == DFLASH_HF:
@@ -137,7 +139,12 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
 
 
 def measure(
-    models: BenchModels, arm: Arm, input_ids: torch.Tensor, unit: BenchUnit, turn: int, config: BenchConfig,
+    models: BenchModels,
+    arm: Arm,
+    input_ids: torch.Tensor,
+    unit: BenchUnit,
+    turn: int,
+    config: BenchConfig,
     max_new_tokens: int | None = None,
 ) -> RunRecord:
     """Run one arm once on `input_ids` (1, T) and time it (synchronised on CUDA)."""
@@ -151,23 +158,40 @@ def measure(
     start = _clock(device)
     with torch.inference_mode():
         out = target.generate(
-            input_ids=input_ids, attention_mask=torch.ones_like(input_ids),
-            max_new_tokens=max_new_tokens or config.max_new_tokens, streamer=timer, **kwargs,
+            input_ids=input_ids,
+            attention_mask=torch.ones_like(input_ids),
+            max_new_tokens=max_new_tokens or config.max_new_tokens,
+            streamer=timer,
+            **kwargs,
         )
     total = _clock(device) - start
-    new = out.sequences[0, input_ids.shape[1]:].tolist()
+    new = out.sequences[0, input_ids.shape[1] :].tolist()
     stats = getattr(out, "blockpilot", None)
     record = RunRecord(
-        split=unit.split, dataset=unit.prompt.source, prompt_id=unit.prompt.id, turn=turn,
-        temperature=unit.temperature, seed=unit.seed, arm=arm.name, prompt_tokens=input_ids.shape[1],
-        new_tokens=len(new), total_time=total, ttft=(timer.first_token_at or start + total) - start,
-        block_size=arm.block_size, peak_memory=_peak_memory(device), output_ids=new,
+        split=unit.split,
+        dataset=unit.prompt.source,
+        prompt_id=unit.prompt.id,
+        turn=turn,
+        temperature=unit.temperature,
+        seed=unit.seed,
+        arm=arm.name,
+        prompt_tokens=input_ids.shape[1],
+        new_tokens=len(new),
+        total_time=total,
+        ttft=(timer.first_token_at or start + total) - start,
+        block_size=arm.block_size,
+        peak_memory=_peak_memory(device),
+        output_ids=new,
     )
     if stats is not None:
         record.block_size = stats.block_size
         record.tau = stats.tau
         record.acceptance_lengths = stats.acceptance_lengths
-        record.policy_time, record.draft_time, record.verify_time = stats.policy_time, stats.draft_time, stats.verify_time
+        record.policy_time, record.draft_time, record.verify_time = (
+            stats.policy_time,
+            stats.draft_time,
+            stats.verify_time,
+        )
     if arm.kind == DFLASH_HF:
         record.block_size = models.drafter.config.block_size
     return record
@@ -181,10 +205,15 @@ def mark_identical(records: list[RunRecord]) -> None:
 
 
 def run_unit(
-    models: BenchModels, unit: BenchUnit, arms: list[Arm], config: BenchConfig, done: dict, writer: RawWriter | None,
+    models: BenchModels,
+    unit: BenchUnit,
+    arms: list[Arm],
+    config: BenchConfig,
+    done: dict,
+    writer: RawWriter | None,
     shift: int = 0,
 ) -> list[RunRecord]:
-    """Every arm on every turn of `unit`; runs found in `done` (key -> record) are reused, new ones written."""
+    """Every arm on every turn of `unit`; runs in `done` (key -> record) are reused, new ones written."""
     records: list[RunRecord] = []
     answers: list[str] = []
     for turn in range(1, min(len(unit.prompt.turns), config.max_turns) + 1):
@@ -217,25 +246,36 @@ def warm_up(models: BenchModels, arms: list[Arm], prompt: Prompt, config: BenchC
 
 @dataclass
 class BenchPlan:
-    """The units to run: dev units (greedy, baseline + grid, to choose the best fixed size) then eval units."""
+    """The units to run: dev units (greedy, baseline + grid: they choose the best fixed size), eval units."""
 
     dev: list[BenchUnit] = field(default_factory=list)
     eval: list[BenchUnit] = field(default_factory=list)
 
 
-def plan_units(config: BenchConfig, eval_prompts: list[Prompt], dev_prompts: Iterable[Prompt] = ()) -> BenchPlan:
+def plan_units(
+    config: BenchConfig, eval_prompts: list[Prompt], dev_prompts: Iterable[Prompt] = ()
+) -> BenchPlan:
     """Units in run order: each prompt at each temperature and seed."""
     dev = [BenchUnit("dev", p, 0.0, 0) for p in dev_prompts]
-    runs = [BenchUnit("eval", p, t, s) for p in eval_prompts for t in config.temperatures for s in config.seeds_for(t)]
+    runs = [
+        BenchUnit("eval", p, t, s)
+        for p in eval_prompts
+        for t in config.temperatures
+        for s in config.seeds_for(t)
+    ]
     return BenchPlan(dev, runs)
 
 
 def bench_meta(models: BenchModels, config: BenchConfig) -> BenchMeta:
     """The setup that results in `config.out` belong to."""
     return BenchMeta(
-        target=config.target, drafter=config.drafter, policy=config.policy if models.policy is not None else "none",
-        max_new_tokens=config.max_new_tokens, dtype=str(models.target.dtype).removeprefix("torch."),
-        device=str(models.target.device), attn_implementation=config.attn_implementation,
+        target=config.target,
+        drafter=config.drafter,
+        policy=config.policy if models.policy is not None else "none",
+        max_new_tokens=config.max_new_tokens,
+        dtype=str(models.target.dtype).removeprefix("torch."),
+        device=str(models.target.device),
+        attn_implementation=config.attn_implementation,
         training_block_size=int(models.drafter.config.block_size),
     )
 

@@ -1,4 +1,4 @@
-"""Typed records of a benchmark: one `RunRecord` per (prompt, turn, temperature, seed, arm), one JSON line each.
+"""Typed benchmark records: one `RunRecord` per (prompt, turn, temperature, seed, arm), one JSON line each.
 
 `raw.jsonl` is appended one finished run at a time, so an interrupted benchmark resumes where it stopped;
 `bench.json` (`BenchMeta`) remembers what produced the rows, so a resume with other models is refused.

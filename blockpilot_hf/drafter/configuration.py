@@ -15,6 +15,8 @@ def default_target_layer_ids(num_target_layers: int, num_ids: int) -> list[int]:
     if num_ids == 1:
         return [num_target_layers // 2]
     start, end = 1, num_target_layers - 3
+    if end - start + 1 < num_ids:  # a shallow target: spread over all of its layers instead
+        start, end = 0, num_target_layers - 1
     return [round(start + i * (end - start) / (num_ids - 1)) for i in range(num_ids)]
 
 

@@ -2,26 +2,14 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
+from ..cards import render_template, yaml_front_matter
 from .config import BlockPolicyConfig
 
-CARD_TEMPLATE = Path(__file__).resolve().parent.parent / "hub_cards" / "blockpilot_policy.md"
-LICENSE = "apache-2.0"
 TAGS = ("blockpilot", "dflash", "speculative-decoding", "block-size-policy")
 
 
 def _yaml_metadata(config: BlockPolicyConfig) -> str:
-    """YAML front matter; written by hand (a handful of flat keys) to keep pyyaml out of the dependencies."""
-    lines = ["library_name: blockpilot-hf", f"license: {LICENSE}"]
-    if config.target_id:
-        lines += ["base_model:", f"- {config.target_id}"]
-    lines += ["tags:", *[f"- {t}" for t in TAGS]]
-    if config.results:
-        lines.append("results:")
-        for r in config.results:
-            lines += [f"- name: {r.name!r}", f"  value: {r.value:.6g}"]
-    return "\n".join(lines)
+    return yaml_front_matter("blockpilot-hf", config.target_id, TAGS, ((r.name, r.value) for r in config.results))
 
 
 def results_table(config: BlockPolicyConfig) -> str:
@@ -42,7 +30,8 @@ def render_card(config: BlockPolicyConfig, num_parameters: int) -> str:
         if cost
         else "none stored (calibrate before use)"
     )
-    return CARD_TEMPLATE.read_text(encoding="utf-8").format(
+    return render_template(
+        "blockpilot_policy.md",
         metadata=_yaml_metadata(config),
         name=config.name,
         target_id=config.target_id or "unknown",

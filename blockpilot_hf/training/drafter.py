@@ -165,14 +165,15 @@ def frequent_tokens(sequences: list[Sequence], n: int, vocab: int) -> torch.Tens
     return counts.argsort(descending=True)[:n].sort().values
 
 
-def train_drafter(cfg: DrafterTrainingConfig, accelerator) -> Path:
-    """Train (or resume) a drafter for `cfg.target`; returns the folder of the final drafter."""
+def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
+    """Train (or resume) a drafter for `cfg.target` (or the given `target` model); returns the final folder."""
     from ..embedded import load_target
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
-    target, _ = load_target(cfg.target)
+    if target is None:
+        target, _ = load_target(cfg.target)
     target.requires_grad_(False)
     target.to(accelerator.device)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
@@ -185,7 +186,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator) -> Path:
     (out / "trained_on.json").write_text(json.dumps({"train_ids": [s.id for s in train], "val_ids": [s.id for s in val]}))
     tokens = sum(len(s.tokens) - s.response_start for s in train)
     logger.info("%d training sequences (%d response tokens), %d validation", len(train), tokens, len(val))
-    cache = FeatureCache(out / "features", target, [])
+    cache = FeatureCache(out / "features", target, [], autocast=accelerator.autocast)
 
     # 2. Model, optimiser, schedule.
     drafter = make_drafter(cfg, target)
@@ -223,7 +224,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator) -> Path:
             with accelerator.autocast():
                 loss, acc = sequence_loss(drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator)
             accelerator.backward(loss / cfg.sequences_per_step)
-            losses.append(float(loss))
+            losses.append(loss.item())
             accs.append(acc)
         accelerator.clip_grad_norm_(drafter.parameters(), 1.0)
         optimizer.step()
@@ -255,8 +256,36 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator) -> Path:
         model = accelerator.unwrap_model(drafter)
         model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
         (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+        write_training_card(model, final, cfg, train, out / "metrics.jsonl")
         model.to(torch.float32)
     return final
+
+
+def write_training_card(drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[Sequence], metrics_path: Path) -> None:
+    """The drafter's model card: data (sources, ids file), steps, time, and the last validation tau per size."""
+    from collections import Counter
+
+    from ..drafter.card import write_drafter_card
+
+    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()]
+    last = metrics[-1]
+    tau = next((m for m in reversed(metrics) if "val_tau_b4" in m), {})
+    sources = Counter(s.id.split("/")[0] if not s.id.startswith("text/") else "text/" + s.id.split("/")[1] for s in train)
+    tokens = sum(len(s.tokens) - s.response_start for s in train)
+    training = (
+        f"- Data: {len(train)} sequences ({tokens:,} response tokens; sources {dict(sources)}); the target's own greedy "
+        "answers, plus offline text labelled by the target's own predictions. Ids are listed in `trained_on.json`; "
+        "no evaluation-split prompt was used.\n"
+        f"- Recipe: `blockpilot train-drafter` with the config in `training_config.json` "
+        f"({cfg.num_layers} layers, block {cfg.block_size}, gamma {cfg.gamma}, {cfg.anchors_per_sequence} anchors per "
+        f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'})\n"
+        f"- {last['step']} optimizer steps of {cfg.sequences_per_step} sequences in {last['minutes']:.0f} minutes on "
+        f"{torch.get_num_threads()} CPU thread(s); final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
+    )
+    results = {k.replace("val_", "validation "): v for k, v in tau.items() if k.startswith("val_tau")}
+    table = "\n".join(["| block size | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|"]
+                      + [f"| {k.split('_b')[-1]} | {v:.3f} |" for k, v in tau.items() if k.startswith("val_tau")])
+    write_drafter_card(drafter, folder, training, results, table, cfg.target)
 
 
 def _checkpoint(accelerator, out: Path, state: dict) -> None:

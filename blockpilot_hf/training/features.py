@@ -7,6 +7,8 @@ would say next; on the target's own greedy answers they equal the text itself.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -25,8 +27,9 @@ def target_pass(target, input_ids: torch.Tensor, layer_ids: list[int]) -> tuple[
 class FeatureCache:
     """Per-sequence (features float16, predictions) files under `root`; later epochs and restarts reuse them."""
 
-    def __init__(self, root: Path, target, layer_ids: list[int]):
-        self.root, self.target, self.layer_ids = Path(root), target, layer_ids
+    def __init__(self, root: Path, target, layer_ids: list[int], autocast: Callable = contextlib.nullcontext):
+        """`autocast` wraps the target pass (e.g. `accelerator.autocast`: the pass dominates the first epoch)."""
+        self.root, self.target, self.layer_ids, self.autocast = Path(root), target, layer_ids, autocast
         self.root.mkdir(parents=True, exist_ok=True)
 
     def get(self, key: str, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -36,7 +39,8 @@ class FeatureCache:
                 return torch.load(path)
             except (RuntimeError, EOFError):  # a file torn by an interrupted write: recompute it
                 path.unlink()
-        features, predictions = target_pass(self.target, input_ids, self.layer_ids)
+        with self.autocast():
+            features, predictions = target_pass(self.target, input_ids, self.layer_ids)
         item = (features.to(torch.float16), predictions)
         tmp = path.with_suffix(".tmp")
         torch.save(item, tmp)

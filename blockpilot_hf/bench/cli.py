@@ -1,0 +1,124 @@
+"""`blockpilot bench`: every arm side by side on held-out prompts -> raw.jsonl, results.json/.md, plots.
+
+    blockpilot bench --datasets gsm8k,humaneval,mt-bench --limit 20 --temperatures 0,1 \
+        --block-sizes 1,2,3,4,6,8 --out results/
+    blockpilot bench --target Qwen/Qwen3-4B --drafter z-lab/Qwen3-4B-DFlash-b16 --policy POLICY \
+        --device cuda --dtype bfloat16 --attn-implementation sdpa --out results-gpu/   # the same on a GPU
+
+Rerunning with the same --out resumes: finished runs in raw.jsonl are kept, only missing ones run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+from pathlib import Path
+
+from ..cli_args import add_dataclass_arguments, dataclass_from_args
+from .config import EMBEDDED, BenchConfig
+
+
+def resolve_device(name: str):
+    """'auto' -> cuda when available, else cpu."""
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load_models(config: BenchConfig):
+    """Target, tokenizer, drafter and policy named by `config`, on its device, dtype and attention kernel."""
+    import torch
+
+    from ..drafter import DFlashDrafter
+    from ..embedded import load_target, require_embedded_drafter
+    from ..generation import enable
+    from .harness import BenchModels
+
+    dtype = getattr(torch, config.dtype)
+    device = resolve_device(config.device)
+    target, tokenizer = load_target(config.target, dtype)
+    if config.attn_implementation:
+        target.set_attn_implementation(config.attn_implementation)
+    if config.drafter == EMBEDDED:
+        from ..constants import EMBEDDED_DRAFTER_DIR
+
+        require_embedded_drafter()
+        drafter_path = EMBEDDED_DRAFTER_DIR
+    else:
+        drafter_path = config.drafter
+    drafter = DFlashDrafter.from_pretrained(drafter_path, dtype=target.dtype)
+    return BenchModels(
+        enable(target.to(device)), tokenizer, drafter.to(device).eval(), load_policy(config.policy, device)
+    )
+
+
+def load_policy(name: str, device):
+    """A `BlockPolicy` from a folder / Hub id, the shipped one for 'embedded', or None for 'none'."""
+    if name.lower() == "none":
+        return None
+    from ..constants import EMBEDDED_POLICY_DIR, POLICY_CONFIG_NAME
+    from ..policy import BlockPolicy
+
+    if name == EMBEDDED:
+        if not (EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME).is_file():
+            raise FileNotFoundError(
+                f"the embedded policy is missing: {EMBEDDED_POLICY_DIR} has no {POLICY_CONFIG_NAME}; pass "
+                "--policy DIR, or --policy none to benchmark without the BlockPilot arm."
+            )
+        name = str(EMBEDDED_POLICY_DIR)
+    return BlockPolicy.from_pretrained(name, device=str(device))
+
+
+def load_bench_prompts(config: BenchConfig):
+    """(eval prompts, dev prompts): the eval split of each dataset, and the first `dev_limit` prompts of its
+    policy split (never evaluation prompts); a .jsonl file has no dev part."""
+    from ..data import DATASETS, load_prompts
+
+    eval_prompts, dev_prompts = [], []
+    for name in config.datasets:
+        eval_prompts += load_prompts(name, "eval", config.limit)
+        if config.dev_limit > 0 and name in DATASETS:
+            dev_prompts += load_prompts(name, "policy", config.dev_limit)
+    return eval_prompts, dev_prompts
+
+
+def run_bench(config: BenchConfig, models=None, command: str = ""):
+    """Load (unless `models` is given), run, and write every output into `config.out`; returns the report."""
+    import torch
+
+    from .harness import bench_meta, run_benchmark
+    from .report import Environment, build_report, write_report
+
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    models = models or load_models(config)
+    eval_prompts, dev_prompts = load_bench_prompts(config)
+    out = Path(config.out)
+    records = run_benchmark(models, config, eval_prompts, dev_prompts, out=out)
+    fallback = getattr(getattr(models.policy, "config", None), "best_fixed_size", None)
+    report = build_report(
+        records, bench_meta(models, config), Environment.capture(models.target.device), fallback, command
+    )
+    write_report(report, out)
+    return report
+
+
+def _run(args: argparse.Namespace) -> None:
+    from .report import MARKDOWN_NAME
+
+    config = dataclass_from_args(BenchConfig, args)
+    run_bench(config, command="blockpilot " + shlex.join(sys.argv[1:]))
+    print((Path(config.out) / MARKDOWN_NAME).read_text(encoding="utf-8"))
+    print(f"wrote {config.out}/: raw.jsonl, results.json, results.md, *.png")
+
+
+def add_commands(subparsers) -> None:
+    """Register `blockpilot bench`."""
+    parser = subparsers.add_parser(
+        "bench", help="benchmark every arm side by side: JSON, markdown tables, plots"
+    )
+    add_dataclass_arguments(parser, BenchConfig)
+    parser.set_defaults(func=_run)

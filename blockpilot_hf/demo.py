@@ -1,0 +1,232 @@
+"""`blockpilot demo`: the embedded default (SmolLM2-135M-Instruct + our drafter and policy) on real prompts.
+
+    blockpilot demo                       # 2 GSM8K, 1 HumanEval, 1 MT-Bench prompt; minutes on 2 CPU cores
+    blockpilot demo --limit 6 --max-new-tokens 96 --json demo.json
+
+Nothing is downloaded. Per prompt it prints the block size BlockPilot chose, tau (tokens per target forward),
+tokens/s, the speed-up over plain `generate` measured in the same run (interleaved), and whether the output is
+token-for-token identical to plain greedy `generate`; then a summary. The runs are the benchmark harness's
+(`blockpilot_hf.bench`), with two arms: the baseline and BlockPilot.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from .bench.config import BASELINE, BLOCKPILOT, BenchConfig, fixed_arm
+from .bench.metrics import ALL, ArmSummary, by_unit, speedup, summarize
+from .bench.records import RunRecord
+from .cli_args import add_dataclass_arguments, dataclass_from_args
+
+if TYPE_CHECKING:
+    from .bench.harness import BenchModels
+
+DEMO_SOURCES = ("gsm8k", "humaneval", "mt-bench")
+
+
+@dataclass
+class DemoConfig:
+    """Options of `blockpilot demo`."""
+
+    limit: int = field(
+        default=4, metadata={"help": "prompts, taken in turn from GSM8K, HumanEval, GSM8K, MT-Bench"}
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt"})
+    json: str = field(default="", metadata={"help": "also write the numbers to this JSON file"})
+    threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
+
+    def __post_init__(self) -> None:
+        if self.limit < 1 or self.max_new_tokens < 1:
+            raise ValueError("--limit and --max-new-tokens must be >= 1.")
+
+
+@dataclass
+class DemoRow:
+    """One prompt: what the speculative arm did next to plain `generate` on the same prompt."""
+
+    prompt_id: str
+    dataset: str
+    block_size: int
+    tau: float
+    tokens_per_second: float
+    baseline_tokens_per_second: float
+    speedup: float
+    identical: bool
+    new_tokens: int
+
+
+@dataclass
+class DemoResult:
+    """Per-prompt rows and the summary (geometric-mean speed-up, identical share) of the speculative arm."""
+
+    arm: str
+    rows: list[DemoRow]
+    summary: ArmSummary
+    baseline: ArmSummary
+
+
+def demo_prompts(limit: int):
+    """`limit` eval-split prompts: GSM8K, HumanEval, GSM8K, MT-Bench, then round-robin over the sources."""
+    from .data import load_prompts
+
+    order = ["gsm8k", "humaneval", "gsm8k", "mt-bench"]
+    order += [DEMO_SOURCES[i % 3] for i in range(max(limit - len(order), 0))]
+    counts = {s: order[:limit].count(s) for s in DEMO_SOURCES}
+    pools = {s: load_prompts(s, "eval", n) for s, n in counts.items() if n}
+    taken = {s: 0 for s in DEMO_SOURCES}
+    prompts = []
+    for source in order[:limit]:
+        prompts.append(pools[source][taken[source]])
+        taken[source] += 1
+    return prompts
+
+
+def demo_bench_config(models: BenchModels, config: DemoConfig) -> tuple[BenchConfig, str]:
+    """The harness settings of the demo: greedy, first turns only, baseline + BlockPilot (or, without a
+    policy, the drafter's training block size). Returns the config and the speculative arm's name."""
+    size = int(models.drafter.config.block_size)
+    arms = [BASELINE, BLOCKPILOT] if models.policy is not None else [BASELINE, "fixed"]
+    bench = BenchConfig(
+        datasets=list(DEMO_SOURCES),
+        limit=config.limit,
+        temperatures=[0.0],
+        block_sizes=[size],
+        arms=arms,
+        max_new_tokens=config.max_new_tokens,
+        max_turns=1,
+        dev_limit=0,
+        policy="embedded",
+        drafter="embedded",
+    )
+    return bench, BLOCKPILOT if models.policy is not None else fixed_arm(size)
+
+
+def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
+    """The row of one prompt from its baseline and speculative records."""
+    arms = next(iter(by_unit(records).values()))
+    run, base = arms[arm], arms[BASELINE]
+    return DemoRow(
+        prompt_id=run.prompt_id,
+        dataset=run.dataset,
+        block_size=int(run.block_size or 1),
+        tau=run.tau or 1.0,
+        tokens_per_second=run.tokens_per_second,
+        baseline_tokens_per_second=base.tokens_per_second,
+        speedup=speedup(run, base),
+        identical=bool(run.identical),
+        new_tokens=run.new_tokens,
+    )
+
+
+def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None) -> DemoResult:
+    """Run the demo prompts through the harness, print a line per prompt as it finishes; return the rows."""
+    from .bench.harness import run_benchmark
+
+    bench, arm = demo_bench_config(models, config)
+    prompts = prompts if prompts is not None else demo_prompts(config.limit)
+    rows: list[DemoRow] = []
+
+    def report(records: list[RunRecord]) -> None:
+        rows.append(demo_row(records, arm))
+        if console is not None:
+            r = rows[-1]
+            console.print(
+                f"{r.prompt_id:>14}  block {r.block_size:>2}  tau {r.tau:4.2f}  "
+                f"{r.tokens_per_second:6.1f} tok/s  "
+                f"{r.speedup:4.2f}x  {'identical' if r.identical else '[red]DIFFERENT[/red]'}"
+            )
+
+    records = run_benchmark(models, bench, prompts, progress=False, on_unit=report)
+    summaries = {s.arm: s for s in summarize(records) if s.dataset == ALL}
+    return DemoResult(arm, rows, summaries[arm], summaries[BASELINE])
+
+
+def render(result: DemoResult, console) -> None:
+    """A rich table: one row per prompt, then the summary row."""
+    from rich.table import Table
+
+    table = Table(
+        title=f"{result.arm} vs plain generate (greedy, same run)",
+        caption="speed-up: tokens/s over plain generate's on the same prompt; summary: geometric mean",
+    )
+    for name in ("prompt", "block size", "tau", "tok/s", "plain tok/s", "speed-up", "identical"):
+        table.add_column(name, justify="left" if name == "prompt" else "right", no_wrap=name == "prompt")
+    for r in result.rows:
+        table.add_row(
+            r.prompt_id,
+            str(r.block_size),
+            f"{r.tau:.2f}",
+            f"{r.tokens_per_second:.1f}",
+            f"{r.baseline_tokens_per_second:.1f}",
+            f"{r.speedup:.2f}x",
+            "yes" if r.identical else "[red]NO[/red]",
+        )
+    s, b = result.summary, result.baseline
+    identical = sum(r.identical for r in result.rows)
+    table.add_section()
+    table.add_row(
+        "summary",
+        f"{s.mean_block_size or 1:.1f}",
+        f"{s.tau or 1.0:.2f}",
+        f"{s.tokens_per_second:.1f}",
+        f"{b.tokens_per_second:.1f}",
+        f"{s.speedup:.2f}x",
+        f"{identical}/{len(result.rows)}",
+    )
+    console.print(table)
+
+
+def write_json(result: DemoResult, path: Path, device) -> None:
+    """The demo's numbers plus the environment, as JSON."""
+    from .bench.report import Environment
+
+    data = {"environment": asdict(Environment.capture(device)), **asdict(result)}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def load_demo_models() -> BenchModels:
+    """The embedded default; a missing asset becomes a one-line error instead of a traceback."""
+    from .embedded import load_embedded
+
+    try:
+        target, tokenizer, drafter, policy = load_embedded()
+    except (FileNotFoundError, ImportError, OSError) as err:
+        raise SystemExit(f"blockpilot demo: {err}") from err
+    from .bench.harness import BenchModels
+
+    return BenchModels(target, tokenizer, drafter, policy)
+
+
+def _run(args: argparse.Namespace) -> None:
+    import torch
+    from rich.console import Console
+
+    config = dataclass_from_args(DemoConfig, args)
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    console = Console()
+    console.print("Loading the embedded default (SmolLM2-135M-Instruct + blockpilot drafter and policy) ...")
+    models = load_demo_models()
+    if models.policy is None:
+        console.print(
+            "[yellow]The embedded policy is missing: using the drafter's training block size.[/yellow]"
+        )
+    result = run_demo(models, config, console=console)
+    render(result, console)
+    if config.json:
+        write_json(result, Path(config.json), models.target.device)
+        console.print(f"wrote {config.json}")
+
+
+def add_commands(subparsers) -> None:
+    """Register `blockpilot demo`."""
+    parser = subparsers.add_parser(
+        "demo", help="the embedded default on a few real prompts, next to plain generate"
+    )
+    add_dataclass_arguments(parser, DemoConfig)
+    parser.set_defaults(func=_run)

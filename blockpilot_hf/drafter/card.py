@@ -1,0 +1,38 @@
+"""The model card of a drafter folder, filled from its config, its training record and measured results."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from ..cards import render_template, yaml_front_matter
+from ..constants import CARD_NAME
+from .modeling import DFlashDrafter
+
+TAGS = ("dflash", "speculative-decoding", "blockpilot", "drafter")
+
+
+def write_drafter_card(
+    drafter: DFlashDrafter, folder: Path, training: str, results: dict[str, float], results_text: str, target_alias: str
+) -> Path:
+    """Write README.md into `folder`: YAML metadata (base model, tags, license, results) and the description."""
+    cfg = drafter.config
+    text = render_template(
+        "dflash_drafter.md",
+        metadata=yaml_front_matter("blockpilot-hf", cfg.target_model_id, TAGS, results.items()),
+        name=Path(folder).name,
+        target_id=cfg.target_model_id or "unknown",
+        target_alias=target_alias,
+        target_layer_ids=cfg.target_layer_ids,
+        num_layers=cfg.num_hidden_layers,
+        hidden_size=cfg.hidden_size,
+        num_parameters=f"{sum(p.numel() for p in drafter.parameters()):,}",
+        mask_token_id=cfg.mask_token_id,
+        block_size=cfg.block_size,
+        dtype=str(drafter.dtype).removeprefix("torch."),
+        repo_hint=str(folder),
+        training=training,
+        results=results_text,
+    )
+    path = Path(folder) / CARD_NAME
+    path.write_text(text, encoding="utf-8")
+    return path

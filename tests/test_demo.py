@@ -1,0 +1,67 @@
+"""`blockpilot demo` logic with tiny models injected (the real run needs the shipped assets)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from blockpilot_hf import demo
+from blockpilot_hf.cli import main
+from blockpilot_hf.demo import DemoConfig, demo_prompts, run_demo
+from tests.bench.tiny import tiny_models, tiny_prompts
+
+
+def test_demo_reports_every_prompt_next_to_plain_generate():
+    models = tiny_models()
+    result = run_demo(models, DemoConfig(limit=3, max_new_tokens=8), prompts=tiny_prompts())
+    assert result.arm == "blockpilot"
+    assert [r.prompt_id for r in result.rows] == ["gsm8k/1", "HumanEval/1", "mt-bench/1"]  # first turns only
+    for row in result.rows:
+        assert row.identical and row.new_tokens == 8
+        assert row.block_size in models.policy.config.candidate_sizes and row.tau >= 1
+        assert row.speedup == pytest.approx(row.tokens_per_second / row.baseline_tokens_per_second)
+    assert result.summary.identical == 1.0 and result.summary.runs == 3 and result.baseline.speedup == 1.0
+
+
+def test_demo_without_a_policy_uses_the_training_block_size():
+    result = run_demo(
+        tiny_models(with_policy=False), DemoConfig(limit=1, max_new_tokens=6), prompts=tiny_prompts()[:1]
+    )
+    assert result.arm == "fixed:8" and result.rows[0].block_size == 8 and result.rows[0].identical
+
+
+def test_demo_command_prints_a_table_and_writes_json(monkeypatch, tmp_path, capsys):
+    monkeypatch.setattr(demo, "load_demo_models", lambda: tiny_models())
+    monkeypatch.setattr(demo, "demo_prompts", lambda limit: tiny_prompts()[:limit])
+    main(["demo", "--limit", "2", "--max-new-tokens", "6", "--json", str(tmp_path / "demo.json")])
+    printed = capsys.readouterr().out
+    assert "summary" in printed and "gsm8k/1" in printed and "2/2" in printed
+    data = json.loads((tmp_path / "demo.json").read_text())
+    assert len(data["rows"]) == 2 and data["summary"]["identical"] == 1.0 and data["environment"]["torch"]
+
+
+def test_demo_prompts_take_gsm8k_humaneval_gsm8k_mtbench_from_the_eval_split():
+    from blockpilot_hf.data import load_prompts
+
+    prompts = demo_prompts(4)
+    assert [p.source for p in prompts] == ["gsm8k", "humaneval", "gsm8k", "mt-bench"]
+    evals = {p.id for source in ("gsm8k", "humaneval", "mt-bench") for p in load_prompts(source, "eval", 2)}
+    assert {p.id for p in prompts} <= evals and len({p.id for p in prompts}) == 4
+
+
+def test_missing_assets_give_a_clear_error(monkeypatch, tmp_path):
+    monkeypatch.setattr("blockpilot_hf.embedded.EMBEDDED_DRAFTER_DIR", tmp_path / "nowhere")
+    with pytest.raises(SystemExit, match="the embedded drafter is missing: .*nowhere"):
+        demo.load_demo_models()
+
+
+@pytest.mark.slow
+def test_demo_on_the_embedded_default_is_lossless():
+    from blockpilot_hf.constants import CONFIG_NAME, EMBEDDED_DRAFTER_DIR
+
+    if not (EMBEDDED_DRAFTER_DIR / CONFIG_NAME).is_file():
+        pytest.skip(f"the embedded drafter is not in this checkout yet: {EMBEDDED_DRAFTER_DIR}")
+    result = run_demo(demo.load_demo_models(), DemoConfig(limit=2, max_new_tokens=24))
+    assert [r.dataset for r in result.rows] == ["gsm8k", "humaneval"]
+    assert all(r.identical for r in result.rows)

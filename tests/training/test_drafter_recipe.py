@@ -1,0 +1,94 @@
+"""The drafter recipe: packed training blocks see exactly what decoding shows the drafter, and training works."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from accelerate import Accelerator
+from transformers import DynamicCache
+
+from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.training.blocks import build_blocks, decay_weights, sample_anchors
+from blockpilot_hf.training.drafter import DrafterTrainingConfig, train_drafter
+from blockpilot_hf.training.features import target_pass
+from tests.helpers import MASK_ID, random_prompt, tiny_drafter, tiny_target
+
+
+def test_block_mask_hides_the_future_and_other_blocks():
+    tokens = torch.arange(10, 22)
+    batch = build_blocks(tokens, tokens, torch.tensor([3, 7]), 4, MASK_ID, response_start=2)
+    S = len(tokens)
+    ctx = batch.attention_mask[:, 0, :, :S]  # (A, K, S)
+    assert ctx[0].all(dim=0).tolist() == [True] * 3 + [False] * 9  # block at p=3 sees positions 0..2
+    assert ctx[1].all(dim=0).tolist() == [True] * 7 + [False] * 5
+    assert batch.attention_mask[:, 0, :, S:].all()  # every key of its own block
+    assert batch.block_ids.tolist() == [[13, MASK_ID, MASK_ID, MASK_ID], [17, MASK_ID, MASK_ID, MASK_ID]]
+    assert batch.labels.tolist() == [[14, 15, 16], [18, 19, 20]]
+    assert batch.position_ids[1, S:].tolist() == [7, 8, 9, 10]
+
+
+def test_labels_past_the_end_or_before_the_response_are_ignored():
+    tokens = torch.arange(6)
+    batch = build_blocks(tokens, tokens, torch.tensor([1, 4]), 4, MASK_ID, response_start=3)
+    assert batch.labels.tolist() == [[-100, 3, 4], [5, -100, -100]]
+
+
+def test_anchor_sampling_and_weights():
+    g = torch.Generator().manual_seed(0)
+    anchors = sample_anchors(response_start=10, length=50, max_anchors=8, generator=g)
+    assert len(anchors) == 8 and anchors.min() >= 9 and anchors.max() <= 48 and (anchors.diff() > 0).all()
+    w = decay_weights(8, gamma=4.0)
+    assert torch.isclose(w.sum(), torch.tensor(1.0)) and (w.diff() < 0).all()
+
+
+def test_packed_training_forward_equals_decoding_drafts():
+    """Block a in the packed forward gives the same hidden states as `drafter.draft` at that anchor."""
+    target = tiny_target()
+    drafter = tiny_drafter(target, block_size=4)
+    tokens = random_prompt(3, 14)[0]
+    features, _ = target_pass(target, tokens[None], drafter.config.target_layer_ids)
+    anchors = torch.tensor([5, 9])
+    batch = build_blocks(tokens, tokens, anchors, 4, MASK_ID, response_start=1)
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings()
+    with torch.no_grad():
+        packed = drafter(embed(batch.block_ids), features[None], position_ids=batch.position_ids,
+                         attention_mask=batch.attention_mask).last_hidden_state
+    for a, p in enumerate(anchors.tolist()):
+        cache = DynamicCache(config=drafter.config)
+        logits = drafter.draft(embed, head, tokens[p].view(1, 1), features[None, :p], 4, cache)
+        torch.testing.assert_close(head(packed[a, 1:]), logits[0])
+
+
+def _regen_file(tmp_path, target, n=6):
+    rows = []
+    for i in range(n):
+        prompt = random_prompt(i, 6)
+        answer = target.generate(input_ids=prompt, max_new_tokens=20, do_sample=False)[0, 6:]
+        rows.append({"source": "t", "id": f"t/{i}", "prompt_ids": prompt[0].tolist(), "response_ids": answer.tolist()})
+    path = tmp_path / "regen.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.mark.parametrize("loss_vocab_size", [0, 32])
+def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_size):
+    target = tiny_target(dtype=torch.float32)
+    data = _regen_file(tmp_path, target)
+    cfg = DrafterTrainingConfig(
+        data=[str(data)], out=str(tmp_path / "run"), num_layers=1, block_size=4, gamma=2.0, mask_token_id=MASK_ID,
+        anchors_per_sequence=8, lr=3e-3, epochs=24, sequences_per_step=2, val_percent=20, val_every=10, save_every=5,
+        loss_vocab_size=loss_vocab_size, mixed_precision="no", save_dtype="float32",
+    )
+    final = train_drafter(cfg, Accelerator(cpu=True), target=target)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    first, last = (sum(m["loss"] for m in part) / len(part) for part in (metrics[:5], metrics[-5:]))
+    assert last < 0.8 * first
+    assert any("val_tau_b4" in m for m in metrics)
+    drafter = DFlashDrafter.from_pretrained(final)
+    assert drafter.config.block_size == 4 and drafter.config.mask_token_id == MASK_ID
+    steps = len(metrics)
+    # A rerun finds the finished checkpoint and does no more steps.
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == steps
