@@ -267,7 +267,10 @@ def write_training_card(drafter, folder: Path, cfg: DrafterTrainingConfig, train
 
     from ..drafter.card import write_drafter_card
 
-    metrics = [json.loads(line) for line in metrics_path.read_text().splitlines()]
+    from .curves import plot_training_curves, read_metrics
+
+    metrics = read_metrics(metrics_path)
+    plot_training_curves(metrics_path, folder / "training_curve.png")
     last = metrics[-1]
     tau = next((m for m in reversed(metrics) if "val_tau_b4" in m), {})
     sources = Counter(s.id.split("/")[0] if not s.id.startswith("text/") else "text/" + s.id.split("/")[1] for s in train)
@@ -285,7 +288,7 @@ def write_training_card(drafter, folder: Path, cfg: DrafterTrainingConfig, train
     results = {k.replace("val_", "validation "): v for k, v in tau.items() if k.startswith("val_tau")}
     table = "\n".join(["| block size | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|"]
                       + [f"| {k.split('_b')[-1]} | {v:.3f} |" for k, v in tau.items() if k.startswith("val_tau")])
-    write_drafter_card(drafter, folder, training, results, table, cfg.target)
+    write_drafter_card(drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target)
 
 
 def _checkpoint(accelerator, out: Path, state: dict) -> None:

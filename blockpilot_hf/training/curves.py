@@ -1,0 +1,37 @@
+"""Training curves of a drafter run: validation tau and first-position accuracy against time and data seen."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def read_metrics(path: Path) -> list[dict]:
+    """metrics.jsonl rows, keeping the last record of a step written twice (a run resumed from a checkpoint)."""
+    by_step: dict[int, dict] = {}
+    for line in Path(path).read_text().splitlines():
+        row = json.loads(line)
+        by_step[row["step"]] = row
+    return [by_step[s] for s in sorted(by_step)]
+
+
+def plot_training_curves(metrics_path: Path, out: Path) -> Path:
+    """PNG with validation tau per block size vs minutes, and first-position accuracy vs sequences seen."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = read_metrics(metrics_path)
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for key in sorted({k for r in rows for k in r if k.startswith("val_tau_b")}, key=lambda k: int(k.split("_b")[-1])):
+        points = [(r["minutes"], r[key]) for r in rows if key in r]
+        left.plot(*zip(*points), marker="o", label=f"b={key.split('_b')[-1]}")
+    left.set(xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out greedy answers")
+    left.legend()
+    right.plot([r["tokens_seen"] for r in rows], [r["acc1"] for r in rows], alpha=0.4)
+    right.set(xlabel="sequences seen", ylabel="first-position accuracy", title="training accuracy")
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
