@@ -33,6 +33,8 @@ def check_compatible(target, drafter) -> None:
         )
     if cfg.num_target_layers is not None and cfg.num_target_layers != depth:
         raise ValueError(f"Drafter was made for a {cfg.num_target_layers}-layer target; this target has {depth} layers.")
+    if cfg.draft_vocab_ids is not None and not all(0 <= i < rows for i in cfg.draft_vocab_ids):
+        raise ValueError(f"Drafter draft_vocab_ids reach beyond the target's {rows} embedding rows: made for another target.")
     if cfg.mask_token_id is None or not 0 <= cfg.mask_token_id < rows:
         raise ValueError(f"Drafter mask_token_id {cfg.mask_token_id} is not a row of the target's embedding table (0..{rows - 1}).")
 

@@ -35,6 +35,8 @@ class DFlashConfig(Qwen3Config):
     num_target_layers (`int`): depth of the target the drafter was made for (checked against the target).
     input_embedding_scale (`float`): multiplier applied to the block's input embeddings.
     target_model_id (`str`): Hub id or path of the target, recorded for model cards and mismatch warnings.
+    draft_vocab_ids (`list[int]`): if set, drafts only come from these token ids (frequency-ranked at training
+        time); the head then reads those rows of the target's LM head instead of all of them.
     """
 
     model_type = "dflash"
@@ -45,6 +47,7 @@ class DFlashConfig(Qwen3Config):
     num_target_layers: int | None = None
     input_embedding_scale: float = 1.0
     target_model_id: str | None = None
+    draft_vocab_ids: list[int] | None = None
 
     def __post_init__(self, **kwargs):
         if self.target_layer_ids is None and self.num_target_layers is not None:

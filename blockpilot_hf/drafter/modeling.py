@@ -242,4 +242,20 @@ class DFlashDrafter(DFlashPreTrainedModel):
         noise_embeds = embed(torch.cat([anchor, mask_ids], dim=1))  # (1, K, H)
         hidden = self(noise_embeds, context_hidden_states.to(self.dtype), cache=cache).last_hidden_state
         cache.crop(-block_size)
-        return lm_head(hidden[:, 1:].to(lm_head.weight.dtype))
+        hidden = hidden[:, 1:].to(lm_head.weight.dtype)  # (1, K-1, H)
+        if self.config.draft_vocab_ids is None:
+            return lm_head(hidden)
+        # Only the drafter's vocabulary: reading the full head costs as much as a small target's forward on a CPU.
+        ids, weight = self._draft_head(lm_head)
+        logits = torch.full((*hidden.shape[:2], lm_head.weight.shape[0]), float("-inf"), dtype=hidden.dtype, device=hidden.device)
+        logits[..., ids] = hidden @ weight.T
+        return logits
+
+    def _draft_head(self, lm_head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of the target's head for `draft_vocab_ids`, sliced once per head (a view would be re-read anyway)."""
+        key = (lm_head.weight.data_ptr(), lm_head.weight.dtype, lm_head.weight.device)
+        if getattr(self, "_draft_head_key", None) != key:
+            ids = torch.tensor(self.config.draft_vocab_ids, device=lm_head.weight.device)
+            self._draft_head_cache = (ids, lm_head.weight.detach()[ids].contiguous())
+            self._draft_head_key = key
+        return self._draft_head_cache

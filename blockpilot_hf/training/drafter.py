@@ -254,6 +254,8 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     final = out / "drafter"
     if accelerator.is_main_process:
         model = accelerator.unwrap_model(drafter)
+        if keep is not None:  # draft from the vocabulary the loss was trained on
+            model.config.draft_vocab_ids = keep.tolist()
         model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
         (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
         write_training_card(model, final, cfg, train, out / "metrics.jsonl")
