@@ -124,7 +124,8 @@ class BlockPolicy(nn.Module):
             ("target", cfg.target_id, getattr(target.config, "name_or_path", "")),
             ("drafter", cfg.drafter_id, getattr(drafter.config, "name_or_path", "")),
         ):
-            if recorded and actual and recorded != actual:
+            # Compare the last path component: a Hub id "org/name" and a local copy ".../name" are the same model.
+            if recorded and actual and Path(str(recorded)).name != Path(str(actual)).name:
                 warnings.warn(
                     f"Policy {cfg.name!r} was trained for {what} {recorded!r} but runs with {actual!r}; shapes match, "
                     "so it runs, but its choices may be off. Retrain or recalibrate for best results.",
