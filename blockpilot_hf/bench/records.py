@@ -7,11 +7,11 @@
 from __future__ import annotations
 
 import json
-import logging
 from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 
-logger = logging.getLogger(__name__)
+from ..jsonl import cut_torn_tail, read_rows
+
 
 RAW_NAME = "raw.jsonl"
 META_NAME = "bench.json"
@@ -106,19 +106,12 @@ class BenchMeta:
 def read_raw(folder: Path) -> list[RunRecord]:
     """Every record in `folder/raw.jsonl` (a torn last line from a crash is skipped with a warning)."""
     path = Path(folder) / RAW_NAME
-    if not path.is_file():
-        return []
     records = []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    for i, line in enumerate(lines):
-        if not line.strip():
-            continue
+    for i, row in enumerate(read_rows(path)):
         try:
-            records.append(RunRecord.from_dict(json.loads(line)))
-        except (json.JSONDecodeError, TypeError) as err:
-            if i < len(lines) - 1:
-                raise ValueError(f"{path}: line {i + 1} is not a run record ({err}).") from err
-            logger.warning("%s: skipping a torn last line from an interrupted run", path)
+            records.append(RunRecord.from_dict(row))
+        except TypeError as err:
+            raise ValueError(f"{path}: line {i + 1} is not a run record ({err}).") from err
     return records
 
 
@@ -128,11 +121,7 @@ class RawWriter:
     def __init__(self, folder: Path):
         self.path = Path(folder) / RAW_NAME
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if self.path.is_file():
-            data = self.path.read_bytes()
-            if data and not data.endswith(b"\n"):
-                with self.path.open("r+b") as f:
-                    f.truncate(data.rfind(b"\n") + 1)
+        cut_torn_tail(self.path)
 
     def write(self, record: RunRecord) -> None:
         with self.path.open("a", encoding="utf-8") as f:

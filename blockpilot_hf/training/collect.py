@@ -24,6 +24,7 @@ import torch
 from ..decoding.engine import Prefill
 from ..drafter import DFlashDrafter
 from ..generation import enable
+from ..jsonl import cut_torn_tail
 from ..policy.cost import device_name
 from ..policy.features import PrefillFeatures, extract_features, spec_for
 from .records import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_path
@@ -149,21 +150,6 @@ def process_state():
     return PartialState(cpu=parse_flag_from_env("ACCELERATE_USE_CPU") or not torch.cuda.is_available())
 
 
-def _repair_torn_tail(path: Path) -> None:
-    """Cut a half-written last line (a crash mid-write) so that new rows start on a fresh line."""
-    if not path.is_file() or path.stat().st_size == 0:
-        return
-    data = path.read_bytes()
-    if data.endswith(b"\n"):
-        return
-    keep = data.rfind(b"\n") + 1
-    logger.warning(
-        "%s: dropping a torn last line of %d bytes from an interrupted run", path, len(data) - keep
-    )
-    with path.open("r+b") as f:
-        f.truncate(keep)
-
-
 def collect(
     target,
     drafter: DrafterSource,
@@ -196,7 +182,7 @@ def collect(
     done = {r.prompt_id for r in read_records(out)[1]}
     todo = [item for item in items if item.prompt_id not in done]
     shard = shard_path(out, state.process_index)
-    _repair_torn_tail(shard)
+    cut_torn_tail(shard)
     new: list[PromptRecord] = []
     with state.split_between_processes(todo) as mine:
         bar = tqdm(

@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 from ..drafter import DFlashConfig, DFlashDrafter
 from .blocks import build_blocks, decay_weights, sample_anchors
 from .features import FeatureCache
-from .regenerate import read_jsonl_rows
+from ..jsonl import read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -67,7 +67,7 @@ class Sequence:
 
 
 def load_sequences(paths: list[str]) -> list[Sequence]:
-    rows = [row for path in paths for row in read_jsonl_rows(Path(path))]
+    rows = [row for path in paths for row in read_rows(Path(path))]
     return [
         Sequence(r["id"], torch.tensor(r["prompt_ids"] + r["response_ids"]), len(r["prompt_ids"]), r.get("kind") != "text")
         for r in rows

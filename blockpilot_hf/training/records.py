@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
 from ..policy.config import CostModel
-from .regenerate import read_jsonl_rows
+from ..jsonl import read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -139,7 +139,7 @@ def read_records(folder: Path) -> tuple[CollectMeta, list[PromptRecord]]:
     meta = CollectMeta.load(folder)
     records: dict[str, PromptRecord] = {}
     for shard in sorted(folder.glob(SHARD_GLOB)):
-        for i, row in enumerate(read_jsonl_rows(shard)):
+        for i, row in enumerate(read_rows(shard)):
             record = PromptRecord.from_row(row, f"{shard} line {i + 1}")
             if record.prompt_id in records:
                 logger.warning("%s: prompt %s appears twice; keeping the first", shard, record.prompt_id)

@@ -9,7 +9,6 @@ already written, and a half-written last line (a crash) is ignored, so the job c
 from __future__ import annotations
 
 import json
-import logging
 import random
 from pathlib import Path
 
@@ -17,31 +16,15 @@ import torch
 from tqdm.auto import tqdm
 
 from ..data import chat_input_ids, load_prompts
+from ..jsonl import cut_torn_tail, read_rows
 
-logger = logging.getLogger(__name__)
-
-
-def read_jsonl_rows(path: Path) -> list[dict]:
-    """Rows of an append-only JSONL file; a torn last line (interrupted write) is dropped, other damage raises."""
-    if not path.exists():
-        return []
-    lines = path.read_text(encoding="utf-8").splitlines()
-    rows = []
-    for i, line in enumerate(lines):
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError as err:
-            if i == len(lines) - 1:
-                logger.warning("%s: ignoring a truncated last line (an interrupted write)", path)
-                break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON ({err}); the file is corrupt, delete it or that line.") from err
-    return rows
 
 
 def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
     """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
-    done = {row["id"] for row in read_jsonl_rows(out)}
+    done = {row["id"] for row in read_rows(out)}
+    cut_torn_tail(out)
     todo = [p for p in prompts if p.id not in done]
     tokenizer.padding_side = "left"
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

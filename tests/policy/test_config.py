@@ -15,7 +15,7 @@ from blockpilot_hf.policy import (
     oracle_size,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 
 def make_config(**overrides) -> BlockPolicyConfig:

@@ -12,7 +12,7 @@ from blockpilot_hf.policy import (
     extract_features,
 )
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 
 def fake_prefill(T=5, n=2, H=32, V=64, seed=0) -> Prefill:

@@ -11,7 +11,7 @@ from blockpilot_hf.policy.features import PrefillFeatures
 from blockpilot_hf.training.synthetic import tiny_pair
 from tests.policy.conftest import COMMIT, REPO, populate
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 
 def predictions(policy, records):

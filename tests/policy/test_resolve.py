@@ -9,7 +9,7 @@ from blockpilot_hf.policy.resolve import resolve_block_policy
 from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
 from tests.policy.conftest import REPO, populate
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 NEW = 12
 

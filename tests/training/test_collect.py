@@ -8,7 +8,7 @@ from blockpilot_hf.training.collect import CollectConfig, collect
 from blockpilot_hf.training.records import read_records, shard_path
 from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 CONFIG = CollectConfig(block_sizes=[4], max_new_tokens=6)
 

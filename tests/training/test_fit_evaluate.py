@@ -8,7 +8,7 @@ from blockpilot_hf.training.evaluate import evaluate_policy, evaluate_records
 from blockpilot_hf.training.fit import FitConfig, is_heldout, split_records, train_policy
 from blockpilot_hf.training.synthetic import SYNTHETIC_COST, best_size
 
-pytestmark = pytest.mark.usefixtures("one_thread", "private_cost_cache")
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 
 def test_head_learns_the_known_best_size_on_heldout_prompts(task):
