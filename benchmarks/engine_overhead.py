@@ -19,46 +19,11 @@ import time
 from collections.abc import Callable
 
 import torch
-from transformers import DynamicCache, Qwen3Config, Qwen3ForCausalLM
+from transformers import DynamicCache
 
-import blockpilot_hf
-from blockpilot_hf import DFlashConfig, DFlashDrafter
-from blockpilot_hf.bench.oracle import OracleDrafter
+from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.decoding.stats import GenerationStats
-
-
-def build_models(seed: int, block_size: int) -> tuple[Qwen3ForCausalLM, DFlashDrafter]:
-    """A ~60M-parameter random Qwen3 target (float32) and a 2-layer random DFlash drafter for it."""
-    torch.manual_seed(seed)
-    target_config = Qwen3Config(
-        vocab_size=32_000,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=8,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-        max_position_embeddings=4096,
-        eos_token_id=None,
-        bos_token_id=None,
-        pad_token_id=0,
-    )
-    target = Qwen3ForCausalLM(target_config).eval()
-    target.generation_config.eos_token_id = None
-    target.generation_config.pad_token_id = 0
-    drafter_config = DFlashConfig(
-        vocab_size=32_000,
-        hidden_size=512,
-        intermediate_size=1536,
-        num_hidden_layers=2,
-        num_attention_heads=8,
-        num_key_value_heads=4,
-        head_dim=64,
-        block_size=block_size,
-        mask_token_id=31_999,
-        num_target_layers=8,
-    )
-    return blockpilot_hf.enable(target), DFlashDrafter(drafter_config).eval()
+from blockpilot_hf.testing_utils import OracleDrafter, cpu_sized_pair
 
 
 def timed(fn: Callable[[], object]) -> tuple[float, object]:
@@ -86,9 +51,7 @@ def bare_replay(
     anchor = prompt_len  # index of the last committed token
     for step in stats.steps:
         k = step.block_size
-        DFlashDrafter.draft(
-            drafter, embed, lm_head, sequence[:, anchor : anchor + 1], context, k, drafter_cache
-        )
+        DFlashDrafter.draft(drafter, embed, lm_head, sequence[:, anchor : anchor + 1], context, k, drafter_cache)
         out = target(
             input_ids=sequence[:, anchor : anchor + k],
             cache=cache,
@@ -100,9 +63,7 @@ def bare_replay(
         anchor += step.accepted + 1
 
 
-def overhead_vs_bare_forwards(
-    target, drafter, prompt, new_tokens: int, block_size: int, repeats: int
-) -> None:
+def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_size: int, repeats: int) -> None:
     reference = target.generate(input_ids=prompt, max_new_tokens=new_tokens, do_sample=False)
     oracle = OracleDrafter.from_drafter(drafter, reference)
 
@@ -126,12 +87,8 @@ def overhead_vs_bare_forwards(
         bare.append(timed(lambda: bare_replay(target, oracle, reference, prompt.shape[1], stats))[0])
     per_token_ours = statistics.median(ours) / new_tokens * 1e3
     per_token_bare = statistics.median(bare) / new_tokens * 1e3
-    print(
-        f"(a) oracle drafter, block {block_size}: {len(stats.steps)} steps, tau {stats.tau:.2f}, {new_tokens} tokens"
-    )
-    print(
-        f"    engine via generate(): {per_token_ours:.2f} ms/token   bare forwards: {per_token_bare:.2f} ms/token"
-    )
+    print(f"(a) oracle drafter, block {block_size}: {len(stats.steps)} steps, tau {stats.tau:.2f}, {new_tokens} tokens")
+    print(f"    engine via generate(): {per_token_ours:.2f} ms/token   bare forwards: {per_token_bare:.2f} ms/token")
     print(
         f"    overhead: {100 * (per_token_ours / per_token_bare - 1):+.1f} %  (goal < 5 %)"
         f"   [min-based: {100 * (min(ours) / min(bare) - 1):+.1f} %]"
@@ -169,19 +126,15 @@ def ours_vs_in_tree(target, drafter, prompt, new_tokens: int, block_size: int, r
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--threads", type=int, default=1, help="torch intra-op threads (1: the CPU is shared)"
-    )
+    parser.add_argument("--threads", type=int, default=1, help="torch intra-op threads (1: the CPU is shared)")
     parser.add_argument("--repeats", type=int, default=3, help="timed runs per arm, after one warm-up")
     parser.add_argument("--new-tokens", type=int, default=96)
     parser.add_argument("--prompt-tokens", type=int, default=64)
-    parser.add_argument(
-        "--block-sizes", default="4,16", help="comma-separated; the drafter is trained at the last"
-    )
+    parser.add_argument("--block-sizes", default="4,16", help="comma-separated; the drafter is trained at the last")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     sizes = [int(s) for s in args.block_sizes.split(",")]
-    target, drafter = build_models(seed=0, block_size=sizes[-1])
+    target, drafter = cpu_sized_pair(seed=0, block_size=sizes[-1])
     n_params = sum(p.numel() for p in target.parameters()) / 1e6
     prompt = torch.randint(1, 31_000, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0))
     print(

@@ -64,9 +64,7 @@ def measure(target, items, drafter_for, policy, max_new_tokens: int) -> dict[str
         new = plain.sequences.shape[1] - ids.shape[1]
         drafter = drafter_for(item, plain.sequences)
         runs = {"plain": (None, seconds)}
-        runs["blockpilot"] = timed_generate(
-            target, ids, max_new_tokens, assistant_model=drafter, block_policy=policy
-        )
+        runs["blockpilot"] = timed_generate(target, ids, max_new_tokens, assistant_model=drafter, block_policy=policy)
         for name, size in fixed.items():
             runs[name] = timed_generate(target, ids, max_new_tokens, assistant_model=drafter, block_size=size)
         for name, (out, secs) in runs.items():
@@ -75,9 +73,7 @@ def measure(target, items, drafter_for, policy, max_new_tokens: int) -> dict[str
                 t.seconds += secs
                 t.tokens += new
                 if out is not None:
-                    assert torch.equal(out.sequences, plain.sequences), (
-                        f"{name} changed the output of {item.prompt_id}"
-                    )
+                    assert torch.equal(out.sequences, plain.sequences), f"{name} changed the output of {item.prompt_id}"
                     t.policy_seconds += out.blockpilot.policy_time
                     t.sizes.append(out.blockpilot.block_size)
     return totals
@@ -102,8 +98,8 @@ def print_live(totals: dict[str, dict[str, Totals]]) -> None:
 
 def print_collected(policy, collected: Path) -> None:
     """Measured tokens/s per dataset of the policy, best fixed, training size and oracle on collected records."""
-    from blockpilot_hf.training.evaluate import evaluate_records
-    from blockpilot_hf.training.records import read_records
+    from blockpilot_hf.training.policy.collected import read_records
+    from blockpilot_hf.training.policy.evaluate import evaluate_records
 
     _, records = read_records(collected)
     report = evaluate_records(policy, records)
@@ -114,16 +110,14 @@ def print_collected(policy, collected: Path) -> None:
             if s.source == source and (
                 s.method in ("blockpilot", "oracle") or s.method.startswith(("best-fixed", "training-size"))
             ):
-                print(
-                    f"| {source} | {s.method} | {s.tokens_per_second:.1f} | {s.tokens_per_second / oracle:.3f} |"
-                )
+                print(f"| {source} | {s.method} | {s.tokens_per_second:.1f} | {s.tokens_per_second / oracle:.3f} |")
 
 
 def synthetic_setup(max_new_tokens: int):
     """Tiny target, per-prompt oracle drafters, and a policy trained on the synthetic task with measured costs."""
-    from blockpilot_hf.training.collect import CollectConfig, collect
-    from blockpilot_hf.training.fit import FitConfig, train_policy
-    from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
+    from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
+    from blockpilot_hf.training.policy.collect import CollectConfig, collect
+    from blockpilot_hf.training.policy.fit import FitConfig, train_policy
 
     torch.set_num_threads(1)
     target, drafter = tiny_pair()
@@ -146,7 +140,7 @@ def synthetic_setup(max_new_tokens: int):
 def real_setup(args):
     from blockpilot_hf import BlockPolicy, DFlashDrafter, enable
     from blockpilot_hf.embedded import load_target
-    from blockpilot_hf.training.collect import items_from_prompts
+    from blockpilot_hf.training.policy.collect import items_from_prompts
 
     target, tokenizer = load_target(args.target)
     drafter = DFlashDrafter.from_pretrained(args.drafter, dtype=target.dtype).to(target.device)
@@ -162,9 +156,7 @@ def real_setup(args):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument(
-        "--synthetic", action="store_true", help="tiny random models and the synthetic two-kind task"
-    )
+    parser.add_argument("--synthetic", action="store_true", help="tiny random models and the synthetic two-kind task")
     parser.add_argument("--target", default="smollm2")
     parser.add_argument("--drafter")
     parser.add_argument("--policy")

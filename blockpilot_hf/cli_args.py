@@ -10,7 +10,11 @@ import typing
 
 def _base_type(annotation) -> tuple[type, bool]:
     """(element type, is_list) of a field annotation such as `int`, `list[int] | None` or `str`."""
-    hints = [a for a in typing.get_args(annotation) if a is not type(None)] if isinstance(annotation, types.UnionType) else [annotation]
+    hints = (
+        [a for a in typing.get_args(annotation) if a is not type(None)]
+        if isinstance(annotation, types.UnionType)
+        else [annotation]
+    )
     hint = hints[0]
     if typing.get_origin(hint) is list:
         return typing.get_args(hint)[0], True
@@ -26,11 +30,19 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, positional: tu
         convert = (lambda text, k=kind: [k(x) for x in text.split(",") if x]) if is_list else kind
         help_text = f.metadata.get("help", "") + f" (default: {default})"
         if kind is bool and not is_list:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, action=argparse.BooleanOptionalAction, default=default, help=help_text)
+            parser.add_argument(
+                f"--{f.name.replace('_', '-')}",
+                dest=f.name,
+                action=argparse.BooleanOptionalAction,
+                default=default,
+                help=help_text,
+            )
         elif f.name in positional:
             parser.add_argument(f.name, type=convert, help=help_text)
         else:
-            parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=convert, default=default, help=help_text)
+            parser.add_argument(
+                f"--{f.name.replace('_', '-')}", dest=f.name, type=convert, default=default, help=help_text
+            )
 
 
 def dataclass_from_args(cls, args: argparse.Namespace):

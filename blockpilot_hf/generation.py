@@ -46,7 +46,13 @@ def enable(model):
 
 
 def generate_with_drafter(
-    generate, *args, assistant_model=None, block_size=None, block_policy=None, draft_sampling=False, streamer=None,
+    generate,
+    *args,
+    assistant_model=None,
+    block_size=None,
+    block_policy=None,
+    draft_sampling=False,
+    streamer=None,
     **kwargs,
 ):
     """Call `generate` (transformers' own, bound to the target), routing a `DFlashDrafter` assistant to our engine.

@@ -13,7 +13,9 @@ def is_offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
 
 
-def resolve_folder(name_or_path: str | os.PathLike, what: str, required: tuple[str, ...], revision: str | None = None) -> Path:
+def resolve_folder(
+    name_or_path: str | os.PathLike, what: str, required: tuple[str, ...], revision: str | None = None
+) -> Path:
     """Return a local folder holding `required` files for `name_or_path` (a folder, or a Hub id via the HF cache)."""
     path = Path(name_or_path)
     if path.is_dir():
@@ -42,4 +44,6 @@ def _download(repo_id: str, what: str, revision: str | None) -> Path:
     except HFValidationError as err:
         raise FileNotFoundError(f"{what} {repo_id!r} is neither an existing folder nor a valid Hub repo id.") from err
     except RepositoryNotFoundError as err:
-        raise OSError(f"{what} {repo_id!r} does not exist on the Hub (or is private: log in with `hf auth login`).") from err
+        raise OSError(
+            f"{what} {repo_id!r} does not exist on the Hub (or is private: log in with `hf auth login`)."
+        ) from err

@@ -25,7 +25,9 @@ def read_rows(path: Path) -> list[dict]:
             if i == len(lines) - 1:
                 logger.warning("%s: ignoring a truncated last line (an interrupted write)", path)
                 break
-            raise ValueError(f"{path}: line {i + 1} is not valid JSON ({err}); the file is corrupt, delete it or that line.") from err
+            raise ValueError(
+                f"{path}: line {i + 1} is not valid JSON ({err}); the file is corrupt, delete it or that line."
+            ) from err
     return rows
 
 

@@ -32,11 +32,17 @@ def check_compatible(target, drafter) -> None:
             f"Drafter reads target layers {cfg.target_layer_ids} but the target has only {depth} layers (0..{depth - 1})."
         )
     if cfg.num_target_layers is not None and cfg.num_target_layers != depth:
-        raise ValueError(f"Drafter was made for a {cfg.num_target_layers}-layer target; this target has {depth} layers.")
+        raise ValueError(
+            f"Drafter was made for a {cfg.num_target_layers}-layer target; this target has {depth} layers."
+        )
     if cfg.draft_vocab_ids is not None and not all(0 <= i < rows for i in cfg.draft_vocab_ids):
-        raise ValueError(f"Drafter draft_vocab_ids reach beyond the target's {rows} embedding rows: made for another target.")
+        raise ValueError(
+            f"Drafter draft_vocab_ids reach beyond the target's {rows} embedding rows: made for another target."
+        )
     if cfg.mask_token_id is None or not 0 <= cfg.mask_token_id < rows:
-        raise ValueError(f"Drafter mask_token_id {cfg.mask_token_id} is not a row of the target's embedding table (0..{rows - 1}).")
+        raise ValueError(
+            f"Drafter mask_token_id {cfg.mask_token_id} is not a row of the target's embedding table (0..{rows - 1})."
+        )
 
 
 def max_block_size(drafter) -> int:
@@ -59,9 +65,13 @@ def check_block_size(block_size, drafter) -> int:
 def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
     """Refuse what block speculative decoding cannot do exactly (beam search, several rows or sequences, ...)."""
     if generation_config.num_beams and generation_config.num_beams > 1:
-        raise ValueError("Beam search (num_beams > 1) cannot run with a DFlash drafter; use num_beams=1 or drop assistant_model.")
+        raise ValueError(
+            "Beam search (num_beams > 1) cannot run with a DFlash drafter; use num_beams=1 or drop assistant_model."
+        )
     if generation_config.num_return_sequences and generation_config.num_return_sequences > 1:
-        raise ValueError("num_return_sequences > 1 is not supported with a DFlash drafter; call generate once per sample.")
+        raise ValueError(
+            "num_return_sequences > 1 is not supported with a DFlash drafter; call generate once per sample."
+        )
     if input_ids.shape[0] != 1:
         raise ValueError(
             f"DFlash speculative decoding runs one request at a time, got a batch of {input_ids.shape[0]}: "
@@ -69,12 +79,16 @@ def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
         )
     for flag in ("output_scores", "output_logits", "output_attentions", "output_hidden_states"):
         if getattr(generation_config, flag, False):
-            raise ValueError(f"{flag}=True is not supported with a DFlash drafter; drop it (stats are in `out.blockpilot`).")
+            raise ValueError(
+                f"{flag}=True is not supported with a DFlash drafter; drop it (stats are in `out.blockpilot`)."
+            )
     if generation_config.use_cache is False:
         raise ValueError("use_cache=False is not supported with a DFlash drafter: verification needs the KV cache.")
 
 
-def strip_left_padding(input_ids: torch.Tensor, attention_mask: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+def strip_left_padding(
+    input_ids: torch.Tensor, attention_mask: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Split a single row into (left padding, tokens); masked positions elsewhere are refused."""
     if attention_mask is None or bool(attention_mask.all()):
         return input_ids, input_ids[:, :0]

@@ -13,7 +13,7 @@ def pytest_configure(config) -> None:
 @pytest.fixture()
 def task():
     """The synthetic BlockPilot task (two prompt kinds with known best block sizes), for policy and training tests."""
-    from tests.training.synthetic_data import synthetic_task
+    from tests.training.policy.synthetic_data import synthetic_task
 
     return synthetic_task()
 

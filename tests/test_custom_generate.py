@@ -10,8 +10,7 @@ import pytest
 import torch
 
 from blockpilot_hf import BlockPilotGenerateOutput
-from blockpilot_hf.bench.oracle import OracleDrafter
-from tests.helpers import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
 
 CARD = Path(__file__).resolve().parents[1] / "hub_cards" / "custom_generate"
 
@@ -32,9 +31,7 @@ def test_layout_follows_the_custom_generate_contract():
 @pytest.mark.parametrize("block_size", [1, 4, 12])
 def test_custom_generate_runs_our_engine_on_a_plain_target(repo, block_size):
     target = tiny_target(seed=0, enabled=False)
-    assert "blockpilot" not in type(target.generate).__name__ and not hasattr(
-        target, "_blockpilot_original_generate"
-    )
+    assert "blockpilot" not in type(target.generate).__name__ and not hasattr(target, "_blockpilot_original_generate")
     drafter = tiny_drafter(target)
     prompt = random_prompt(40, 6)
     reference = plain_greedy(target, prompt, 20)

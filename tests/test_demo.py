@@ -25,9 +25,7 @@ def test_demo_reports_every_prompt_next_to_plain_generate():
 
 
 def test_demo_without_a_policy_uses_the_training_block_size():
-    result = run_demo(
-        tiny_models(with_policy=False), DemoConfig(limit=1, max_new_tokens=6), prompts=tiny_prompts()[:1]
-    )
+    result = run_demo(tiny_models(with_policy=False), DemoConfig(limit=1, max_new_tokens=6), prompts=tiny_prompts()[:1])
     assert result.arm == "fixed:8" and result.rows[0].block_size == 8 and result.rows[0].identical
 
 

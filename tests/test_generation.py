@@ -8,7 +8,7 @@ import torch
 
 import blockpilot_hf
 from blockpilot_hf import BlockPilotGenerateOutput
-from tests.helpers import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
 
 
 def twins():

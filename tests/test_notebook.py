@@ -30,17 +30,11 @@ def execute_notebook(path: Path, cwd: Path, setup: str = "", timeout: int = 900)
 @pytest.mark.slow
 def test_quickstart_notebook_runs_on_the_embedded_default(tmp_path):
     missing = [
-        p
-        for p in (EMBEDDED_DRAFTER_DIR / CONFIG_NAME, EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME)
-        if not p.is_file()
+        p for p in (EMBEDDED_DRAFTER_DIR / CONFIG_NAME, EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME) if not p.is_file()
     ]
     if missing:
-        pytest.skip(
-            f"the embedded drafter/policy assets are not in this checkout yet: {[str(p) for p in missing]}"
-        )
+        pytest.skip(f"the embedded drafter/policy assets are not in this checkout yet: {[str(p) for p in missing]}")
     notebook = execute_notebook(NOTEBOOK, tmp_path)
-    outputs = "".join(
-        o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs
-    )
+    outputs = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
     assert "identical to plain generate: True" in outputs
     assert (tmp_path / "blockpilot-bench" / "results.json").is_file()

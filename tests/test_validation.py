@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.testing_utils import random_prompt, tiny_drafter, tiny_target
 from blockpilot_hf.validation import check_block_size, strip_left_padding
 from tests.drafter.test_checkpoints import offline_hub_cache, write_zlab_folder  # noqa: F401  (fixture)
-from tests.helpers import random_prompt, tiny_drafter, tiny_target
 
 
 @pytest.fixture(scope="module")
@@ -29,25 +29,19 @@ def generate(target, assistant, **kwargs):
 
 
 def test_drafter_with_another_vocabulary(target):
-    with pytest.raises(
-        ValueError, match=r"vocabulary size 200 != target embedding rows 96.*share a tokenizer"
-    ):
+    with pytest.raises(ValueError, match=r"vocabulary size 200 != target embedding rows 96.*share a tokenizer"):
         generate(target, tiny_drafter(target, vocab_size=200))
 
 
 def test_drafter_with_another_hidden_size(target):
     other = tiny_drafter(target, hidden_size=16)
-    with pytest.raises(
-        ValueError, match=r"hidden size 16 != target hidden size 32.*drafter trained for this target"
-    ):
+    with pytest.raises(ValueError, match=r"hidden size 16 != target hidden size 32.*drafter trained for this target"):
         generate(target, other)
 
 
 def test_target_layer_ids_beyond_the_target_depth(target):
     deep = tiny_drafter(target, num_target_layers=None, target_layer_ids=[0, 6])
-    with pytest.raises(
-        ValueError, match=r"reads target layers \[0, 6\] but the target has only 4 layers \(0..3\)"
-    ):
+    with pytest.raises(ValueError, match=r"reads target layers \[0, 6\] but the target has only 4 layers \(0..3\)"):
         generate(target, deep)
 
 
@@ -62,9 +56,7 @@ def test_config_refuses_layer_ids_beyond_its_own_target_depth(target):
 
 
 def test_mask_token_outside_the_embedding_table(target):
-    with pytest.raises(
-        ValueError, match=r"mask_token_id 500 is not a row of the target's embedding table \(0..95\)"
-    ):
+    with pytest.raises(ValueError, match=r"mask_token_id 500 is not a row of the target's embedding table \(0..95\)"):
         generate(target, tiny_drafter(target, mask_token_id=500))
 
 
@@ -103,9 +95,7 @@ def test_block_policy_errors(target, drafter):
 
 
 def test_batch_of_two(target, drafter):
-    with pytest.raises(
-        ValueError, match=r"one request at a time, got a batch of 2: call generate per prompt"
-    ):
+    with pytest.raises(ValueError, match=r"one request at a time, got a batch of 2: call generate per prompt"):
         generate(target, drafter, input_ids=torch.cat([random_prompt(0, 5), random_prompt(1, 5)]))
 
 
@@ -125,9 +115,7 @@ def test_stop_strings_without_a_tokenizer(target, drafter):
 
 
 def test_block_size_without_a_dflash_drafter(target):
-    with pytest.raises(
-        ValueError, match=r"`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`"
-    ):
+    with pytest.raises(ValueError, match=r"`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`"):
         target.generate(input_ids=random_prompt(0, 5), max_new_tokens=3, block_size=4)
     with pytest.raises(ValueError, match=r"need a DFlashDrafter"):
         target.generate(input_ids=random_prompt(0, 5), max_new_tokens=3, block_policy="fixed:4")

@@ -117,8 +117,6 @@ def _run(args: argparse.Namespace) -> None:
 
 def add_commands(subparsers) -> None:
     """Register `blockpilot bench`."""
-    parser = subparsers.add_parser(
-        "bench", help="benchmark every arm side by side: JSON, markdown tables, plots"
-    )
+    parser = subparsers.add_parser("bench", help="benchmark every arm side by side: JSON, markdown tables, plots")
     add_dataclass_arguments(parser, BenchConfig)
     parser.set_defaults(func=_run)

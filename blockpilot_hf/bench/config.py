@@ -38,9 +38,7 @@ class BenchConfig:
     temperatures: list[float] = field(
         default_factory=lambda: [0.0, 1.0], metadata={"help": "sampling temperatures; 0 = greedy"}
     )
-    seeds: list[int] = field(
-        default_factory=lambda: [0, 1, 2], metadata={"help": "seeds of the sampled (T>0) runs"}
-    )
+    seeds: list[int] = field(default_factory=lambda: [0, 1, 2], metadata={"help": "seeds of the sampled (T>0) runs"})
     block_sizes: list[int] = field(
         default_factory=lambda: [1, 2, 3, 4, 6, 8],
         metadata={"help": "fixed block sizes run by our engine (the grid)"},
@@ -53,31 +51,19 @@ class BenchConfig:
     max_turns: int = field(default=2, metadata={"help": "turns per multi-turn prompt (MT-Bench has 2)"})
     dev_limit: int = field(
         default=3,
-        metadata={
-            "help": "dev prompts per dataset (policy split, greedy) that choose the best fixed size; 0 = none"
-        },
+        metadata={"help": "dev prompts per dataset (policy split, greedy) that choose the best fixed size; 0 = none"},
     )
-    prompt_lookup_num_tokens: int = field(
-        default=10, metadata={"help": "draft length of prompt lookup decoding"}
-    )
+    prompt_lookup_num_tokens: int = field(default=10, metadata={"help": "draft length of prompt lookup decoding"})
     warmup_tokens: int = field(default=8, metadata={"help": "tokens of the untimed warm-up run of each arm"})
-    target: str = field(
-        default="smollm2", metadata={"help": "target: 'smollm2' (embedded), a folder or a Hub id"}
-    )
-    drafter: str = field(
-        default=EMBEDDED, metadata={"help": "DFlash drafter folder or Hub id; 'embedded' = shipped"}
-    )
+    target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded), a folder or a Hub id"})
+    drafter: str = field(default=EMBEDDED, metadata={"help": "DFlash drafter folder or Hub id; 'embedded' = shipped"})
     policy: str = field(
         default=EMBEDDED,
         metadata={"help": "BlockPilot policy folder or Hub id; 'embedded' = shipped; 'none' = no arm"},
     )
-    device: str = field(
-        default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."}
-    )
+    device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
     dtype: str = field(default="float32", metadata={"help": "model dtype: float32, bfloat16 or float16"})
-    attn_implementation: str = field(
-        default="", metadata={"help": "attention kernel (eager, sdpa, ...); '' = default"}
-    )
+    attn_implementation: str = field(default="", metadata={"help": "attention kernel (eager, sdpa, ...); '' = default"})
     threads: int = field(default=0, metadata={"help": "torch intra-op threads on CPU; 0 = torch's default"})
     out: str = field(default="results", metadata={"help": "output folder (raw.jsonl is resumed if present)"})
 

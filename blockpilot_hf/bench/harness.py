@@ -21,7 +21,7 @@ import torch
 
 from ..data import Prompt, chat_input_ids
 from .config import BASELINE, BLOCKPILOT, DFLASH_HF, PROMPT_LOOKUP, BenchConfig, fixed_arm
-from .records import BenchMeta, RawWriter, RunRecord, UnitKey, read_raw
+from .runs import BenchMeta, RawWriter, RunRecord, UnitKey, read_raw
 
 logger = logging.getLogger(__name__)
 
@@ -124,9 +124,7 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
         kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
     pad = models.target.generation_config.pad_token_id
     if pad is None:
-        kwargs["pad_token_id"] = (
-            getattr(models.tokenizer, "pad_token_id", None) or models.tokenizer.eos_token_id
-        )
+        kwargs["pad_token_id"] = getattr(models.tokenizer, "pad_token_id", None) or models.tokenizer.eos_token_id
     if arm.kind == PROMPT_LOOKUP:
         kwargs["prompt_lookup_num_tokens"] = config.prompt_lookup_num_tokens
     elif arm.kind == DFLASH_HF:
@@ -252,17 +250,10 @@ class BenchPlan:
     eval: list[BenchUnit] = field(default_factory=list)
 
 
-def plan_units(
-    config: BenchConfig, eval_prompts: list[Prompt], dev_prompts: Iterable[Prompt] = ()
-) -> BenchPlan:
+def plan_units(config: BenchConfig, eval_prompts: list[Prompt], dev_prompts: Iterable[Prompt] = ()) -> BenchPlan:
     """Units in run order: each prompt at each temperature and seed."""
     dev = [BenchUnit("dev", p, 0.0, 0) for p in dev_prompts]
-    runs = [
-        BenchUnit("eval", p, t, s)
-        for p in eval_prompts
-        for t in config.temperatures
-        for s in config.seeds_for(t)
-    ]
+    runs = [BenchUnit("eval", p, t, s) for p in eval_prompts for t in config.temperatures for s in config.seeds_for(t)]
     return BenchPlan(dev, runs)
 
 

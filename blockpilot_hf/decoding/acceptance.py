@@ -23,7 +23,9 @@ def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> list[int
     return drafts[:n].tolist() + [int(choice[n])]
 
 
-def accept_point_mass(drafts: list[int], score: ScoreFn, do_sample: bool, generator: torch.Generator | None = None) -> list[int]:
+def accept_point_mass(
+    drafts: list[int], score: ScoreFn, do_sample: bool, generator: torch.Generator | None = None
+) -> list[int]:
     """Draw the target's own token at each position (argmax, or a sample of softmax(score)) and accept while it
     equals the draft. With a point-mass proposal q = 1[x = draft], rejection sampling reduces to exactly this,
     so every committed token is distributed as p given its prefix."""

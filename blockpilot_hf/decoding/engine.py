@@ -115,7 +115,9 @@ def speculative_generate(
 
     # 1. Prefill: the prompt's logits, the drafter's context features and the final hidden state, in one pass.
     target_cache = DynamicCache(config=target.config)
-    logits, hidden = _target_forward(target, input_ids, target_cache, drafter.hidden_state_indices + [final_index], keep=1)
+    logits, hidden = _target_forward(
+        target, input_ids, target_cache, drafter.hidden_state_indices + [final_index], keep=1
+    )
     prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
     policy_start = time.perf_counter()
     chosen = block_size(prefill) if callable(block_size) else block_size
@@ -142,13 +144,17 @@ def speculative_generate(
         # 3. Verify anchor + drafts in one target pass.
         block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
         logits, hidden = _target_forward(target, block, target_cache, want_hidden if k > 1 else None, keep=0)
+
         # 4. Accept: the target's own tokens, as many as the drafts predicted.
+        def score_at(i: int, pending: list[int], rows: torch.Tensor = logits) -> torch.Tensor:
+            return score(rows[i], pending)
+
         if q is not None:
-            committed = accept_rejection(drafts, q, lambda i, c: score(logits[i], c), generator)
+            committed = accept_rejection(drafts, q, score_at, generator)
         elif not do_sample and not logits_processor:
             committed = accept_greedy(torch.tensor(drafts, device=device), logits)
         else:
-            committed = accept_point_mass(drafts, lambda i, c: score(logits[i], c), do_sample, generator)
+            committed = accept_point_mass(drafts, score_at, do_sample, generator)
         t2 = _sync(device)
         # 5. Commit (stopping criteria token by token), then crop the target cache to the committed prefix.
         accepted = len(committed) - 1

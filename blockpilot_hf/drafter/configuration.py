@@ -58,7 +58,9 @@ class DFlashConfig(Qwen3Config):
     def validate_dflash(self) -> None:
         """Reject configurations a drafter cannot run with, naming the field to fix."""
         if self.block_size < 2:
-            raise ValueError(f"DFlashConfig.block_size must be >= 2 (an anchor plus at least one draft), got {self.block_size}.")
+            raise ValueError(
+                f"DFlashConfig.block_size must be >= 2 (an anchor plus at least one draft), got {self.block_size}."
+            )
         if not self.target_layer_ids:
             raise ValueError("DFlashConfig needs `target_layer_ids` (or `num_target_layers` to derive them).")
         if self.num_target_layers is not None and max(self.target_layer_ids) >= self.num_target_layers:

@@ -79,7 +79,9 @@ class DFlashAttention(nn.Module):
         v = torch.cat([v_ctx.expand(B, -1, -1, -1), v_block], dim=2)
         if cache is not None:
             k, v = cache.update(k, v, self.layer_idx)
-        attend: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(self.config._attn_implementation, eager_attention_forward)
+        attend: Callable = ALL_ATTENTION_FUNCTIONS.get_interface(
+            self.config._attn_implementation, eager_attention_forward
+        )
         out, _ = attend(self, q, k, v, attention_mask, dropout=0.0, scaling=self.scaling, is_causal=False)
         return self.o_proj(out.reshape(B, K, -1))
 
@@ -123,7 +125,6 @@ def _load_config(folder: Path) -> DFlashConfig:
     return DFlashConfig.from_dict(raw)
 
 
-
 class DFlashPreTrainedModel(PreTrainedModel):
     config_class = DFlashConfig
     config: DFlashConfig
@@ -151,13 +152,17 @@ class DFlashDrafter(DFlashPreTrainedModel):
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
         """Load our checkpoints and z-lab's (no remote code) from a folder or a Hub id; refuse partial weights."""
-        folder = resolve_folder(pretrained_model_name_or_path, "DFlash drafter", (CONFIG_NAME,), kwargs.pop("revision", None))
+        folder = resolve_folder(
+            pretrained_model_name_or_path, "DFlash drafter", (CONFIG_NAME,), kwargs.pop("revision", None)
+        )
         config = kwargs.pop("config", None)
         config = config if isinstance(config, DFlashConfig) else _load_config(folder)
         kwargs.pop("trust_remote_code", None)
         want_info = kwargs.pop("output_loading_info", False)
         try:
-            model, info = super().from_pretrained(folder, *model_args, config=config, output_loading_info=True, **kwargs)
+            model, info = super().from_pretrained(
+                folder, *model_args, config=config, output_loading_info=True, **kwargs
+            )
         except (OSError, RuntimeError, ValueError, SafetensorError) as err:  # a truncated file raises the last
             raise OSError(f"Could not load DFlash drafter weights from {folder}: {err}") from err
         if info["missing_keys"]:
@@ -206,7 +211,9 @@ class DFlashDrafter(DFlashPreTrainedModel):
             return None
         if mask.dim() == 2:
             if mask.shape[-1] != kv_len:
-                raise ValueError(f"attention_mask covers {mask.shape[-1]} keys but the drafter sees {kv_len} (cache + context + block).")
+                raise ValueError(
+                    f"attention_mask covers {mask.shape[-1]} keys but the drafter sees {kv_len} (cache + context + block)."
+                )
             if bool(mask.all()):
                 return None
             mask = mask[:, None, None, :].bool().expand(-1, 1, q_len, -1)
@@ -247,7 +254,9 @@ class DFlashDrafter(DFlashPreTrainedModel):
             return lm_head(hidden)
         # Only the drafter's vocabulary: reading the full head costs as much as a small target's forward on a CPU.
         ids, weight = self._draft_head(lm_head)
-        logits = torch.full((*hidden.shape[:2], lm_head.weight.shape[0]), float("-inf"), dtype=hidden.dtype, device=hidden.device)
+        logits = torch.full(
+            (*hidden.shape[:2], lm_head.weight.shape[0]), float("-inf"), dtype=hidden.dtype, device=hidden.device
+        )
         logits[..., ids] = hidden @ weight.T
         return logits
 

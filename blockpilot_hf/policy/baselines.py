@@ -55,10 +55,7 @@ def best_fixed_size(
     if not sizes:
         raise ValueError("No block size was measured on every dev prompt.")
     use_cost = cost if rule == "throughput" else None
-    means = [
-        sum(modelled_throughput(t[b], b, use_cost) for t in taus_per_prompt) / len(taus_per_prompt)
-        for b in sizes
-    ]
+    means = [sum(modelled_throughput(t[b], b, use_cost) for t in taus_per_prompt) / len(taus_per_prompt) for b in sizes]
     best = max(range(len(sizes)), key=lambda i: (means[i], -sizes[i]))
     return sizes[best]
 

@@ -24,9 +24,7 @@ class FeatureSpec:
 
     hidden_size: int = field(metadata={"help": "target hidden size H"})
     num_context_layers: int = field(metadata={"help": "number of target layers the drafter reads"})
-    top_k: int = field(
-        default=8, metadata={"help": "top-k log-probabilities of the last logits used as features"}
-    )
+    top_k: int = field(default=8, metadata={"help": "top-k log-probabilities of the last logits used as features"})
 
     def __post_init__(self) -> None:
         for name in ("hidden_size", "num_context_layers", "top_k"):
@@ -57,9 +55,7 @@ class CostModel:
     block_sizes: list[int]
     seconds: list[float]
     device: str = "unknown"
-    source: str = (
-        "collected"  # "collected" (from collect runs), "calibrated" (blockpilot calibrate), "synthetic"
-    )
+    source: str = "collected"  # "collected" (from collect runs), "calibrated" (blockpilot calibrate), "synthetic"
 
     def __post_init__(self) -> None:
         if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
@@ -103,9 +99,7 @@ class BlockPolicyConfig:
 
     features: FeatureSpec = field(metadata={"help": "prefill features the head reads"})
     vocab_size: int = field(metadata={"help": "target vocabulary size (rows of its LM head)"})
-    target_layer_ids: list[int] = field(
-        metadata={"help": "target layers the drafter reads (context features)"}
-    )
+    target_layer_ids: list[int] = field(metadata={"help": "target layers the drafter reads (context features)"})
     candidate_sizes: list[int] = field(
         default_factory=lambda: list(DEFAULT_SIZES),
         metadata={"help": "block sizes to choose from (1 = plain decoding)"},
@@ -119,25 +113,15 @@ class BlockPolicyConfig:
     choice: str = field(
         default="throughput", metadata={"help": "'throughput' (argmax tau/cost) or 'classifier' (argmax tau)"}
     )
-    target_id: str = field(
-        default="", metadata={"help": "Hub id or path of the target the policy was trained for"}
-    )
-    drafter_id: str = field(
-        default="", metadata={"help": "Hub id or path of the drafter the policy was trained for"}
-    )
+    target_id: str = field(default="", metadata={"help": "Hub id or path of the target the policy was trained for"})
+    drafter_id: str = field(default="", metadata={"help": "Hub id or path of the drafter the policy was trained for"})
     training_block_size: int = field(default=16, metadata={"help": "the drafter's training block size"})
     temperature: float = field(
         default=0.0, metadata={"help": "sampling temperature of the collected runs (0 = greedy)"}
     )
-    best_fixed_size: int | None = field(
-        default=None, metadata={"help": "best fixed size on the training prompts"}
-    )
-    cost: CostModel | None = field(
-        default=None, metadata={"help": "cost model used when no calibration is cached"}
-    )
-    results: list[MeasuredResult] = field(
-        default_factory=list, metadata={"help": "held-out measurements for the card"}
-    )
+    best_fixed_size: int | None = field(default=None, metadata={"help": "best fixed size on the training prompts"})
+    cost: CostModel | None = field(default=None, metadata={"help": "cost model used when no calibration is cached"})
+    results: list[MeasuredResult] = field(default_factory=list, metadata={"help": "held-out measurements for the card"})
     name: str = field(default="blockpilot-policy", metadata={"help": "short name shown in stats and cards"})
 
     def __post_init__(self) -> None:
@@ -148,13 +132,9 @@ class BlockPolicyConfig:
         self.results = [MeasuredResult(**r) if isinstance(r, dict) else r for r in self.results]
         self.candidate_sizes = sorted({int(b) for b in self.candidate_sizes})
         if len(self.candidate_sizes) < 2 or self.candidate_sizes[0] < 1:
-            raise ValueError(
-                f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}."
-            )
+            raise ValueError(f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}.")
         if 1 not in self.candidate_sizes:
-            raise ValueError(
-                "candidate_sizes must include 1 (plain decoding) so the policy can refuse to draft."
-            )
+            raise ValueError("candidate_sizes must include 1 (plain decoding) so the policy can refuse to draft.")
         if self.choice not in CHOICE_RULES:
             raise ValueError(f"choice must be one of {CHOICE_RULES}, got {self.choice!r}.")
         if len(self.target_layer_ids) != self.features.num_context_layers:
@@ -165,9 +145,7 @@ class BlockPolicyConfig:
         if self.projection_dim < 1 or any(h < 1 for h in self.hidden_sizes) or self.vocab_size < 2:
             raise ValueError("projection_dim, hidden_sizes and vocab_size must be positive.")
         if self.best_fixed_size is not None and self.best_fixed_size not in self.candidate_sizes:
-            raise ValueError(
-                f"best_fixed_size {self.best_fixed_size} is not a candidate size {self.candidate_sizes}."
-            )
+            raise ValueError(f"best_fixed_size {self.best_fixed_size} is not a candidate size {self.candidate_sizes}.")
 
     @property
     def hidden_size(self) -> int:

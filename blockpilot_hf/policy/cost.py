@@ -101,9 +101,7 @@ def calibrate(
     g = torch.Generator().manual_seed(0)
     input_ids = torch.randint(0, vocab, (1, prompt_tokens), generator=g).to(target.device)
     measured: dict[int, list[float]] = {}
-    for size in [min(sizes)] + list(
-        sizes
-    ):  # the first run warms up kernels and allocators; it is overwritten
+    for size in [min(sizes)] + list(sizes):  # the first run warms up kernels and allocators; it is overwritten
         max_length = prompt_tokens + 1 + steps * size
         _, stats = speculative_generate(
             target,

@@ -61,9 +61,7 @@ def logit_stats(logits: torch.Tensor, prompt_tokens: int, top_k: int) -> torch.T
     if k < top_k:  # tiny vocabularies: pad with a very unlikely log-prob
         top = torch.cat([top, top.new_full((top_k - k,), -30.0)])
     margin = top[0] - top[1] if k > 1 else top.new_zeros(())
-    return torch.cat(
-        [entropy[None], top.clamp(min=-30.0), margin[None], top.new_tensor([math.log(prompt_tokens)])]
-    )
+    return torch.cat([entropy[None], top.clamp(min=-30.0), margin[None], top.new_tensor([math.log(prompt_tokens)])])
 
 
 @torch.no_grad()
@@ -77,9 +75,7 @@ def extract_features(prefill: Prefill, spec: FeatureSpec) -> PrefillFeatures:
             f"{n} context layers of hidden size {H}: the policy was made for another target or drafter."
         )
     context = prefill.context[0].float().view(T, n, H)  # (T, n, H)
-    groups = torch.cat(
-        [context.mean(dim=0), context[-1], prefill.last_hidden.float().view(1, H)]
-    )  # (2n+1, H)
+    groups = torch.cat([context.mean(dim=0), context[-1], prefill.last_hidden.float().view(1, H)])  # (2n+1, H)
     stats = logit_stats(prefill.logits[0], prefill.input_ids.shape[1], spec.top_k)
     return PrefillFeatures(groups.cpu(), stats.cpu())
 

@@ -158,9 +158,7 @@ class BlockPolicy(nn.Module):
 
         from ..hub import resolve_folder
 
-        folder = resolve_folder(
-            name_or_path, "BlockPilot policy", (POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME), revision
-        )
+        folder = resolve_folder(name_or_path, "BlockPilot policy", (POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME), revision)
         policy = cls(BlockPolicyConfig.load(folder / POLICY_CONFIG_NAME))
         try:
             state = load_file(str(folder / POLICY_WEIGHTS_NAME))
@@ -176,9 +174,7 @@ class BlockPolicy(nn.Module):
             ) from err
         return policy.to(device or "cpu").eval()
 
-    def push_to_hub(
-        self, repo_id: str, private: bool = False, commit_message: str = "Upload BlockPilot policy"
-    ) -> str:
+    def push_to_hub(self, repo_id: str, private: bool = False, commit_message: str = "Upload BlockPilot policy") -> str:
         """Save to a temporary folder and upload it as model repo `repo_id`; returns the repo URL."""
         import tempfile
 

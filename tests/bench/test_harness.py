@@ -8,7 +8,7 @@ import pytest
 from blockpilot_hf.bench import harness
 from blockpilot_hf.bench.config import BenchConfig
 from blockpilot_hf.bench.harness import arms_for, rotated, run_benchmark
-from blockpilot_hf.bench.records import RAW_NAME, read_raw
+from blockpilot_hf.bench.runs import RAW_NAME, read_raw
 from tests.bench.tiny import tiny_prompts
 
 RUN_ARMS = {"baseline", "prompt-lookup", "dflash-hf", "fixed:1", "fixed:2", "fixed:4", "blockpilot"}
@@ -68,9 +68,7 @@ def test_second_turn_follows_the_baselines_first_answer(models, monkeypatch):
 
     monkeypatch.setattr(harness, "chat_input_ids", spy)
     mt = tiny_prompts()[2]
-    records = run_benchmark(
-        models, small_config(temperatures=[0.0], arms=["baseline", "fixed"]), [mt], progress=False
-    )
+    records = run_benchmark(models, small_config(temperatures=[0.0], arms=["baseline", "fixed"]), [mt], progress=False)
     first = next(r for r in records if r.arm == "baseline" and r.turn == 1)
     second_turn_calls = [answers for turns, answers in seen if len(turns) == 2]
     assert second_turn_calls == [[models.tokenizer.decode(first.output_ids, skip_special_tokens=True)]]
@@ -95,9 +93,7 @@ def test_resume_skips_finished_runs(models, tmp_path, monkeypatch):
     (tmp_path / RAW_NAME).write_text("\n".join(lines[:3]) + "\n" + lines[3][:20])
     measured = []
     real = harness.measure
-    monkeypatch.setattr(
-        harness, "measure", lambda *a, **k: measured.append((a[3].split, a[1].name)) or real(*a, **k)
-    )
+    monkeypatch.setattr(harness, "measure", lambda *a, **k: measured.append((a[3].split, a[1].name)) or real(*a, **k))
     run_benchmark(models, config, prompts, out=tmp_path, progress=False)
     arms = ["baseline", "fixed:1", "fixed:2"]
     assert sorted(measured) == sorted([("warmup", a) for a in arms] + [("eval", a) for a in arms])

@@ -7,8 +7,8 @@ import json
 
 from blockpilot_hf.bench.cli import run_bench
 from blockpilot_hf.bench.config import BenchConfig
-from blockpilot_hf.bench.records import BenchMeta
 from blockpilot_hf.bench.report import PLOT_NAMES, Environment, build_report, write_report
+from blockpilot_hf.bench.runs import BenchMeta
 from blockpilot_hf.cli import build_parser
 from blockpilot_hf.cli_args import dataclass_from_args
 from tests.bench.tiny import rec
@@ -59,11 +59,7 @@ def test_bench_command_parses_lists_into_the_config():
     )
     config = dataclass_from_args(BenchConfig, args)
     assert config.datasets == ["gsm8k", "humaneval", "mt-bench"] and config.temperatures == [0.0, 1.0]
-    assert (
-        config.block_sizes == [1, 2, 3, 4, 6, 8]
-        and config.policy == "embedded"
-        and config.target == "smollm2"
-    )
+    assert config.block_sizes == [1, 2, 3, 4, 6, 8] and config.policy == "embedded" and config.target == "smollm2"
 
 
 def test_run_bench_end_to_end_on_a_jsonl_file(models, tmp_path):

@@ -3,16 +3,15 @@
 from __future__ import annotations
 
 from blockpilot_hf.bench.harness import BenchModels
-from blockpilot_hf.bench.records import RunRecord
+from blockpilot_hf.bench.runs import RunRecord
 from blockpilot_hf.data import Prompt
 from blockpilot_hf.policy import BlockPolicy, BlockPolicyConfig
 from blockpilot_hf.policy.config import FeatureSpec
-from tests.helpers import HIDDEN, tiny_drafter, tiny_target, tiny_tokenizer
+from blockpilot_hf.testing_utils import HIDDEN, tiny_drafter, tiny_target, tiny_tokenizer
 
 # The chat template only concatenates turns: enough to build prompts from `Prompt.turns` and earlier answers.
 CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'][0] }}{{ m['content'] }}{% endfor %}"
-    "{% if add_generation_prompt %}a{% endif %}"
+    "{% for m in messages %}{{ m['role'][0] }}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}a{% endif %}"
 )
 
 

@@ -48,9 +48,7 @@ def test_point_mass_greedy_equals_accept_greedy_and_sees_the_right_prefix(seed, 
 
     committed = accept_point_mass(drafts.tolist(), score, do_sample=False)
     assert committed == accept_greedy(drafts, logits)
-    assert seen == [
-        (i, committed[:i]) for i in range(len(committed))
-    ]  # position i scored after its own prefix
+    assert seen == [(i, committed[:i]) for i in range(len(committed))]  # position i scored after its own prefix
 
 
 def test_rejection_accepts_everything_when_q_equals_p():
@@ -103,11 +101,7 @@ def test_the_same_check_rejects_resampling_from_p_after_a_rejection():
     def buggy(drafts, q, score, g):
         p = torch.softmax(score(0, []), -1)
         x = drafts[0]
-        return (
-            [x]
-            if torch.rand((), generator=g) * q[0, x] < p[x]
-            else [int(torch.multinomial(p, 1, generator=g))]
-        )
+        return [x] if torch.rand((), generator=g) * q[0, x] < p[x] else [int(torch.multinomial(p, 1, generator=g))]
 
     p = torch.tensor([0.1, 0.1, 0.1, 0.7], dtype=torch.float64)
     q = torch.tensor([0.7, 0.1, 0.1, 0.1], dtype=torch.float64)

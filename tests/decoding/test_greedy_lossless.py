@@ -15,9 +15,9 @@ from hypothesis import strategies as st
 from transformers import TextStreamer
 from transformers.generation.streamers import BaseStreamer
 
-from blockpilot_hf.bench.oracle import OracleDrafter
-from tests.helpers import (
+from blockpilot_hf.testing_utils import (
     MASK_ID,
+    OracleDrafter,
     plain_greedy,
     random_prompt,
     tiny_drafter,
@@ -49,9 +49,7 @@ def ours(target, drafter, input_ids, max_new_tokens: int, block_size: int, **kwa
     )
 
 
-def expected_steps(
-    prompt_len: int, total_len: int, block_size: int, mistakes: set[int]
-) -> list[tuple[int, int]]:
+def expected_steps(prompt_len: int, total_len: int, block_size: int, mistakes: set[int]) -> list[tuple[int, int]]:
     """(verified block length, accepted drafts) per step for an oracle wrong exactly at `mistakes` (positions in
     the full sequence), computed from first principles: the prefill commits one token; a step anchored at the last
     committed position drafts the next k-1 positions and keeps them up to the first mistake, plus one bonus."""
@@ -170,9 +168,7 @@ def test_min_new_tokens_holds_eos_back_exactly_like_generate():
     free = plain_greedy(target, prompt, 30)
     eos, offset = first_new_token_at(free, 6, 1, 6)
     reference = plain_greedy(target, prompt, 30, eos_token_id=eos, min_new_tokens=offset + 6)
-    assert (
-        reference.shape[1] > 6 + offset + 1
-    )  # min_new_tokens changed the text: EOS was suppressed at `offset`
+    assert reference.shape[1] > 6 + offset + 1  # min_new_tokens changed the text: EOS was suppressed at `offset`
     for assistant in (drafter, OracleDrafter.from_drafter(drafter, reference)):
         for block_size in (2, 8, 24):
             out = ours(target, assistant, prompt, 30, block_size, eos_token_id=eos, min_new_tokens=offset + 6)
@@ -237,9 +233,7 @@ def test_custom_streamer_gets_each_committed_token_once_in_order_as_it_is_commit
     assert all(len(tokens) == 1 for tokens, _ in new_puts)  # one token per put, never a whole block at once
     assert [tokens[0] for tokens, _ in new_puts] == out.sequences[0, 5:].tolist()  # nothing after EOS
     forwards_at_put = [count for _, count in new_puts]
-    assert (
-        forwards_at_put == sorted(forwards_at_put) and forwards_at_put[0] < streamer.forwards
-    )  # streamed live
+    assert forwards_at_put == sorted(forwards_at_put) and forwards_at_put[0] < streamer.forwards  # streamed live
 
 
 def test_text_streamer_prints_what_generate_prints(capsys):
@@ -266,9 +260,7 @@ def test_return_dict_carries_stats_of_the_request():
     assert torch.equal(out.sequences, plain_greedy(target, prompt, 12))
     stats = out.blockpilot
     assert (stats.block_size, stats.policy, stats.prompt_tokens, stats.new_tokens) == (5, "fixed:5", 9, 12)
-    assert len(stats.acceptance_lengths) == len(stats.steps) >= 3 and all(
-        1 <= a <= 5 for a in stats.acceptance_lengths
-    )
+    assert len(stats.acceptance_lengths) == len(stats.steps) >= 3 and all(1 <= a <= 5 for a in stats.acceptance_lengths)
     default = ours(target, drafter, prompt, 12, None)
     assert default.blockpilot.block_size == drafter.config.block_size == 8
     plain = target.generate(input_ids=prompt, max_new_tokens=12, do_sample=False, assistant_model=drafter)
@@ -282,9 +274,7 @@ def test_left_padded_row_equals_plain_generate_on_the_same_padded_input(block_si
     padded = torch.cat([torch.zeros((1, 4), dtype=prompt.dtype), prompt], dim=1)
     mask = torch.cat([torch.zeros((1, 4), dtype=torch.long), torch.ones_like(prompt)], dim=1)
     reference = plain_greedy(target, padded, 20, attention_mask=mask)
-    assert torch.equal(
-        reference[:, 4:], plain_greedy(target, prompt, 20)
-    )  # the padding is invisible to the model
+    assert torch.equal(reference[:, 4:], plain_greedy(target, prompt, 20))  # the padding is invisible to the model
     out = ours(target, drafter, padded, 20, block_size, attention_mask=mask)
     assert torch.equal(out.sequences, reference)
 
@@ -300,9 +290,7 @@ def test_left_padding_counts_in_history_dependent_processors_as_in_generate(bloc
     eos, offset = first_new_token_at(plain_greedy(target, prompt, 30), 6, 1, 6)
     kwargs = dict(attention_mask=mask, eos_token_id=eos, min_new_tokens=offset + 4, repetition_penalty=1.5)
     reference = plain_greedy(target, padded, 30, **kwargs)
-    out = ours(
-        target, OracleDrafter.from_drafter(drafter, reference[:, 5:]), padded, 30, block_size, **kwargs
-    )
+    out = ours(target, OracleDrafter.from_drafter(drafter, reference[:, 5:]), padded, 30, block_size, **kwargs)
     assert torch.equal(out.sequences, reference)
 
 

@@ -7,16 +7,13 @@ import torch
 from peft import LoraConfig, get_peft_model
 
 import blockpilot_hf
-from blockpilot_hf.bench.oracle import OracleDrafter
-from tests.helpers import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
 
 
 def lora_target():
     """A tiny Qwen3 target wrapped in a LoRA adapter whose weights are random (so it changes the model)."""
     base = tiny_target(seed=0, enabled=False)
-    config = LoraConfig(
-        r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False
-    )
+    config = LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj", "down_proj"], init_lora_weights=False)
     torch.manual_seed(7)
     return get_peft_model(base, config).to(torch.float64).eval()
 
@@ -33,9 +30,7 @@ def adapter_changes_output(peft_model, prompt) -> bool:
 def test_lora_target_greedy_is_identical_to_its_plain_generate(mode):
     model = lora_target()
     prompt = random_prompt(30, 6)
-    assert adapter_changes_output(
-        model, prompt
-    )  # the LoRA weights are non-zero: a real adapter is being tested
+    assert adapter_changes_output(model, prompt)  # the LoRA weights are non-zero: a real adapter is being tested
     if mode == "merged":
         model.merge_adapter()
     elif mode == "merge_and_unload":

@@ -19,14 +19,12 @@ import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
 from blockpilot_hf.decoding import engine
-from tests.helpers import random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import random_prompt, tiny_drafter, tiny_target
 
 ALPHA = 1e-3  # probability that a correct sampler fails one test
 V = 8  # vocabulary: small enough to enumerate every continuation
 NEW = 3  # continuation length tested (its law is exact, below)
-GENERATED = (
-    NEW + 1
-)  # tokens generated: 1 from prefill, then 3 verified; the engine never verifies past this, so a
+GENERATED = NEW + 1  # tokens generated: 1 from prefill, then 3 verified; the engine never verifies past this, so a
 # block of 3 drafts tokens 2 and 3 in one step while a block of 2 drafts them in two steps
 SAMPLES = 600
 MIN_EXPECTED = 5.0  # cells expected less often than this are pooled, so the chi-square approximation holds
@@ -53,19 +51,13 @@ def warpers(temperature: float, top_k: int | None, top_p: float | None) -> Logit
 def exact_law(target, prompt: torch.Tensor, processors: LogitsProcessorList) -> dict[tuple[int, ...], float]:
     """P(continuation) for every continuation of length NEW: the product of processed next-token probabilities."""
     T = prompt.shape[1]
-    prefixes = torch.tensor(
-        list(itertools.product(range(V), repeat=NEW - 1)), dtype=prompt.dtype
-    )  # (V^(NEW-1), NEW-1)
+    prefixes = torch.tensor(list(itertools.product(range(V), repeat=NEW - 1)), dtype=prompt.dtype)  # (V^(NEW-1), NEW-1)
     rows = torch.cat([prompt.expand(len(prefixes), -1), prefixes], dim=1)  # (R, T + NEW - 1)
     with torch.no_grad():
-        logits = (
-            target(input_ids=rows).logits[:, T - 1 :].double()
-        )  # (R, NEW, V): next-token logits per position
+        logits = target(input_ids=rows).logits[:, T - 1 :].double()  # (R, NEW, V): next-token logits per position
     law: dict[tuple[int, ...], float] = {}
     for r, prefix in enumerate(prefixes.tolist()):
-        probs = [
-            torch.softmax(processors(rows[r : r + 1, : T + i], logits[r, i][None])[0], -1) for i in range(NEW)
-        ]
+        probs = [torch.softmax(processors(rows[r : r + 1, : T + i], logits[r, i][None])[0], -1) for i in range(NEW)]
         for last in range(V):
             seq = (*prefix, last)
             law[seq] = math.prod(float(probs[i][seq[i]]) for i in range(NEW))
@@ -73,9 +65,7 @@ def exact_law(target, prompt: torch.Tensor, processors: LogitsProcessorList) -> 
     return law
 
 
-def g_test_p_value(
-    counts: dict[tuple[int, ...], int], law: dict[tuple[int, ...], float], min_cells: int = 10
-) -> float:
+def g_test_p_value(counts: dict[tuple[int, ...], int], law: dict[tuple[int, ...], float], min_cells: int = 10) -> float:
     """p-value of the G-test (likelihood ratio) of `counts` against `law`, pooling rare cells into one.
     Refuses to run with fewer than `min_cells` cells: such a test could not tell a wrong sampler apart."""
     n = sum(counts.values())
@@ -93,9 +83,7 @@ def g_test_p_value(
     g = 2 * sum(obs * math.log(obs / exp) for obs, exp in cells if obs > 0)
     dof = len(cells) - 1
     return float(
-        torch.special.gammaincc(
-            torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(g / 2, dtype=torch.float64)
-        )
+        torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(g / 2, dtype=torch.float64))
     )
 
 
@@ -143,9 +131,7 @@ def test_sampled_continuations_follow_the_target_law(block_size, draft_sampling,
     target, _ = model_pair()
     prompt = random_prompt(5, 4, vocab=V)
     law = exact_law(target, prompt, warpers(1.0, top_k, top_p))
-    counts = sample_counts(
-        ours(prompt, block_size, draft_sampling, top_k=top_k, top_p=top_p), seed=block_size
-    )
+    counts = sample_counts(ours(prompt, block_size, draft_sampling, top_k=top_k, top_p=top_p), seed=block_size)
     assert g_test_p_value(counts, law) > ALPHA
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from tests.helpers import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
 
 
 def test_draft_vocabulary_restricts_drafts_and_keeps_greedy_identical():

@@ -8,6 +8,7 @@ from huggingface_hub import constants
 REPO = "blockpilot-test/synthetic-policy"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 
+
 @pytest.fixture()
 def offline_cache(tmp_path, monkeypatch):
     """An HF cache under a private HF_HOME, offline; huggingface_hub reads its constants at import, so patch both."""
@@ -18,6 +19,7 @@ def offline_cache(tmp_path, monkeypatch):
     monkeypatch.setattr(constants, "HF_HUB_CACHE", str(home / "hub"))
     monkeypatch.setattr(constants, "HF_HUB_OFFLINE", True)
     return home / "hub"
+
 
 def populate(cache, folder, repo=REPO):
     """Lay out a cached snapshot the way huggingface_hub writes it: snapshots/<commit>/files + refs/main."""

@@ -19,9 +19,7 @@ pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 
 def make_config(**overrides) -> BlockPolicyConfig:
-    kwargs = dict(
-        features=FeatureSpec(32, 2), vocab_size=64, target_layer_ids=[0, 3], candidate_sizes=[1, 2, 4, 8]
-    )
+    kwargs = dict(features=FeatureSpec(32, 2), vocab_size=64, target_layer_ids=[0, 3], candidate_sizes=[1, 2, 4, 8])
     return BlockPolicyConfig(**{**kwargs, **overrides})
 
 
@@ -75,9 +73,7 @@ def test_throughput_rule_differs_from_classifier_rule():
     cost = CostModel([1, 4, 16], [1.0, 1.2, 2.3])  # verifying 16 costs 2.3x one token (a 135M model on CPU)
     assert choose_size(taus, sizes, "classifier", cost) == 16  # highest tau
     assert choose_size(taus, sizes, "throughput", cost) == 4  # 3.5/1.2 > 4.0/2.3 > 1/1
-    assert (
-        choose_size([1.0, 1.1, 1.2], sizes, "throughput", cost) == 1
-    )  # drafting does not pay: plain decoding
+    assert choose_size([1.0, 1.1, 1.2], sizes, "throughput", cost) == 1  # drafting does not pay: plain decoding
 
 
 def test_baselines():

@@ -70,6 +70,4 @@ def test_policy_is_a_chooser_on_prefill():
     size = policy(prefill)
     assert size in policy.config.candidate_sizes
     taus = policy.predict_tau(prefill)
-    assert taus[0] == 1.0 and all(
-        1.0 <= t <= b for t, b in zip(taus, policy.config.candidate_sizes, strict=True)
-    )
+    assert taus[0] == 1.0 and all(1.0 <= t <= b for t, b in zip(taus, policy.config.candidate_sizes, strict=True))

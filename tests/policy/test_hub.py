@@ -8,7 +8,7 @@ import torch
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.policy.features import PrefillFeatures
-from blockpilot_hf.training.synthetic import tiny_pair
+from blockpilot_hf.testing_utils import tiny_pair
 from tests.policy.conftest import COMMIT, REPO, populate
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")

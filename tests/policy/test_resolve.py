@@ -6,7 +6,7 @@ import torch
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.policy import EntropyPolicy, calibrate, load_calibration
 from blockpilot_hf.policy.resolve import resolve_block_policy
-from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
 from tests.policy.conftest import REPO, populate
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
@@ -116,9 +116,7 @@ def test_calibration_is_cached_and_preferred(task, pair):
     target, drafter = pair
     assert load_calibration(target, drafter) is None
     cost = calibrate(target, drafter, [1, 2, 4, 8], steps=2)
-    assert (
-        cost.block_sizes == [1, 2, 4, 8] and all(s > 0 for s in cost.seconds) and cost.source == "calibrated"
-    )
+    assert cost.block_sizes == [1, 2, 4, 8] and all(s > 0 for s in cost.seconds) and cost.source == "calibrated"
     assert load_calibration(target, drafter) == cost
     policy = BlockPolicy.from_pretrained(task.policy_dir)
     resolve_block_policy(policy, None, drafter, target)

@@ -46,9 +46,9 @@ def dataclass_from_args(cls, args: argparse.Namespace):
 
 def _load_pair(args):
     """(target, drafter) from --target (embedded name, folder or Hub id) and --drafter (folder or Hub id)."""
-    from ..drafter import DFlashDrafter
-    from ..embedded import load_target
-    from ..generation import enable
+    from ...drafter import DFlashDrafter
+    from ...embedded import load_target
+    from ...generation import enable
 
     target, tokenizer = load_target(args.target)
     drafter = DFlashDrafter.from_pretrained(args.drafter, dtype=target.dtype).to(target.device)
@@ -79,14 +79,12 @@ def run_train(args: argparse.Namespace) -> None:
 def run_evaluate(args: argparse.Namespace) -> None:
     from .evaluate import evaluate_policy
 
-    report = evaluate_policy(
-        args.policy_dir, Path(args.collect_dir), Path(args.plots) if args.plots else None
-    )
+    report = evaluate_policy(args.policy_dir, Path(args.collect_dir), Path(args.plots) if args.plots else None)
     print(report.markdown())
 
 
 def run_calibrate(args: argparse.Namespace) -> None:
-    from ..policy.cost import calibrate, calibration_path
+    from ...policy.cost import calibrate, calibration_path
 
     target, _, drafter = _load_pair(args)
     cost = calibrate(target, drafter, args.block_sizes, steps=args.steps)
@@ -117,9 +115,7 @@ def add_commands(subparsers) -> None:
     add_dataclass_arguments(p, FitConfig)
     p.set_defaults(func=run_train)
 
-    p = subparsers.add_parser(
-        "evaluate-policy", help="score a policy against oracle and fixed sizes on held-out data"
-    )
+    p = subparsers.add_parser("evaluate-policy", help="score a policy against oracle and fixed sizes on held-out data")
     p.add_argument("policy_dir", help="policy folder or Hub id")
     p.add_argument("collect_dir", help="collect folder of held-out prompts (e.g. the eval split)")
     p.add_argument("--plots", default=None, help="folder for PNG plots")

@@ -10,10 +10,10 @@ from accelerate import Accelerator
 from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
-from blockpilot_hf.training.blocks import build_blocks, decay_weights, sample_anchors
-from blockpilot_hf.training.drafter import DrafterTrainingConfig, train_drafter
-from blockpilot_hf.training.features import target_pass
-from tests.helpers import MASK_ID, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import MASK_ID, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.training.drafter.blocks import build_blocks, decay_weights, sample_anchors
+from blockpilot_hf.training.drafter.recipe import DrafterTrainingConfig, train_drafter
+from blockpilot_hf.training.drafter.target_features import target_pass
 
 
 def test_block_mask_hides_the_future_and_other_blocks():
@@ -53,8 +53,9 @@ def test_packed_training_forward_equals_decoding_drafts():
     batch = build_blocks(tokens, tokens, anchors, 4, MASK_ID, response_start=1)
     embed, head = target.get_input_embeddings(), target.get_output_embeddings()
     with torch.no_grad():
-        packed = drafter(embed(batch.block_ids), features[None], position_ids=batch.position_ids,
-                         attention_mask=batch.attention_mask).last_hidden_state
+        packed = drafter(
+            embed(batch.block_ids), features[None], position_ids=batch.position_ids, attention_mask=batch.attention_mask
+        ).last_hidden_state
     for a, p in enumerate(anchors.tolist()):
         cache = DynamicCache(config=drafter.config)
         logits = drafter.draft(embed, head, tokens[p].view(1, 1), features[None, :p], 4, cache)
@@ -77,9 +78,22 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_s
     target = tiny_target(dtype=torch.float32)
     data = _regen_file(tmp_path, target)
     cfg = DrafterTrainingConfig(
-        data=[str(data)], out=str(tmp_path / "run"), num_layers=1, block_size=4, gamma=2.0, mask_token_id=MASK_ID,
-        anchors_per_sequence=8, lr=3e-3, epochs=24, sequences_per_step=2, val_percent=20, val_every=10, save_every=5,
-        loss_vocab_size=loss_vocab_size, mixed_precision="no", save_dtype="float32",
+        data=[str(data)],
+        out=str(tmp_path / "run"),
+        num_layers=1,
+        block_size=4,
+        gamma=2.0,
+        mask_token_id=MASK_ID,
+        anchors_per_sequence=8,
+        lr=3e-3,
+        epochs=24,
+        sequences_per_step=2,
+        val_percent=20,
+        val_every=10,
+        save_every=5,
+        loss_vocab_size=loss_vocab_size,
+        mixed_precision="no",
+        save_dtype="float32",
     )
     final = train_drafter(cfg, Accelerator(cpu=True), target=target)
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]

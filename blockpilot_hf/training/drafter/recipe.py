@@ -21,10 +21,10 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from ..drafter import DFlashConfig, DFlashDrafter
+from ...drafter import DFlashConfig, DFlashDrafter
+from ...jsonl import read_rows
 from .blocks import build_blocks, decay_weights, sample_anchors
-from .features import FeatureCache
-from ..jsonl import read_rows
+from .target_features import FeatureCache
 
 logger = logging.getLogger(__name__)
 
@@ -33,29 +33,48 @@ logger = logging.getLogger(__name__)
 class DrafterTrainingConfig:
     """Every knob of the recipe; the CLI is generated from these fields and their help text."""
 
-    target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded) or a causal LM folder / Hub id"})
-    data: list[str] = field(default_factory=list, metadata={"help": "regenerated JSONL files (prompt_ids, response_ids)"})
+    target: str = field(
+        default="smollm2", metadata={"help": "target: 'smollm2' (embedded) or a causal LM folder / Hub id"}
+    )
+    data: list[str] = field(
+        default_factory=list, metadata={"help": "regenerated JSONL files (prompt_ids, response_ids)"}
+    )
     out: str = field(default="runs/drafter", metadata={"help": "output folder: checkpoints, metrics, final drafter"})
     num_layers: int = field(default=2, metadata={"help": "drafter decoder layers"})
-    target_layer_ids: list[int] | None = field(default=None, metadata={"help": "target layers read (default: 4 evenly spaced)"})
-    num_context_layers: int = field(default=4, metadata={"help": "how many target layers to read when ids are not given"})
+    target_layer_ids: list[int] | None = field(
+        default=None, metadata={"help": "target layers read (default: 4 evenly spaced)"}
+    )
+    num_context_layers: int = field(
+        default=4, metadata={"help": "how many target layers to read when ids are not given"}
+    )
     block_size: int = field(default=16, metadata={"help": "training block size"})
-    mask_token_id: int | None = field(default=None, metadata={"help": "embedding row used as mask (default: an unused id)"})
+    mask_token_id: int | None = field(
+        default=None, metadata={"help": "embedding row used as mask (default: an unused id)"}
+    )
     anchors_per_sequence: int = field(default=64, metadata={"help": "anchored blocks sampled per sequence"})
     gamma: float = field(default=7.0, metadata={"help": "loss decay over block positions"})
-    loss_vocab_size: int = field(default=0, metadata={"help": "if > 0, softmax over the N most frequent response tokens only"})
+    loss_vocab_size: int = field(
+        default=0, metadata={"help": "if > 0, softmax over the N most frequent response tokens only"}
+    )
     lr: float = field(default=6e-4, metadata={"help": "AdamW peak learning rate"})
     warmup: float = field(default=0.04, metadata={"help": "warmup fraction"})
     epochs: float = field(default=6.0, metadata={"help": "passes over the training sequences"})
-    sequences_per_step: int = field(default=4, metadata={"help": "sequences per optimizer step (gradient accumulation)"})
-    max_minutes: float = field(default=0.0, metadata={"help": "stop (with a checkpoint) after this many minutes; 0 = no limit"})
+    sequences_per_step: int = field(
+        default=4, metadata={"help": "sequences per optimizer step (gradient accumulation)"}
+    )
+    max_minutes: float = field(
+        default=0.0, metadata={"help": "stop (with a checkpoint) after this many minutes; 0 = no limit"}
+    )
     val_percent: int = field(default=3, metadata={"help": "percent of sequences (by id hash) held out for validation"})
     val_every: int = field(default=200, metadata={"help": "steps between validation tau measurements"})
     val_sequences: int = field(default=24, metadata={"help": "validation sequences used per measurement"})
     save_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "random seed"})
     save_dtype: str = field(default="bfloat16", metadata={"help": "dtype of the saved drafter weights"})
-    mixed_precision: str = field(default="bf16", metadata={"help": "accelerate mixed precision: no | bf16 | fp16 (bf16 also speeds up CPUs with AVX512-BF16)"})
+    mixed_precision: str = field(
+        default="bf16",
+        metadata={"help": "accelerate mixed precision: no | bf16 | fp16 (bf16 also speeds up CPUs with AVX512-BF16)"},
+    )
 
 
 @dataclass
@@ -69,7 +88,9 @@ class Sequence:
 def load_sequences(paths: list[str]) -> list[Sequence]:
     rows = [row for path in paths for row in read_rows(Path(path))]
     return [
-        Sequence(r["id"], torch.tensor(r["prompt_ids"] + r["response_ids"]), len(r["prompt_ids"]), r.get("kind") != "text")
+        Sequence(
+            r["id"], torch.tensor(r["prompt_ids"] + r["response_ids"]), len(r["prompt_ids"]), r.get("kind") != "text"
+        )
         for r in rows
         if len(r["response_ids"]) >= 4
     ]
@@ -85,7 +106,7 @@ def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
     depth = tc.num_hidden_layers
     layer_ids = cfg.target_layer_ids
     if layer_ids is None:
-        from ..drafter import default_target_layer_ids
+        from ...drafter import default_target_layer_ids
 
         layer_ids = default_target_layer_ids(depth, cfg.num_context_layers)
     config = DFlashConfig(
@@ -115,7 +136,9 @@ def pick_mask_token(target) -> int:
     return pad if isinstance(pad, int) and pad != eos else rows - 1
 
 
-def sequence_loss(drafter, embed, head_weight, features, predictions, seq: Sequence, cfg, weights, vocab_map, generator):
+def sequence_loss(
+    drafter, embed, head_weight, features, predictions, seq: Sequence, cfg, weights, vocab_map, generator
+):
     """Decay-weighted CE of one sequence's anchored blocks, plus first-position accuracy."""
     K = cfg.block_size
     anchors = sample_anchors(seq.response_start, len(seq.tokens), cfg.anchors_per_sequence, generator)
@@ -125,9 +148,13 @@ def sequence_loss(drafter, embed, head_weight, features, predictions, seq: Seque
     hidden = drafter(
         noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
     ).last_hidden_state[:, 1:]  # (A, K-1, H): position 0 is the anchor itself
-    labels = batch.labels if vocab_map is None else vocab_map[batch.labels.clamp_min(0)].masked_fill(batch.labels < 0, -100)
+    labels = (
+        batch.labels if vocab_map is None else vocab_map[batch.labels.clamp_min(0)].masked_fill(batch.labels < 0, -100)
+    )
     logits = hidden @ head_weight.T  # (A, K-1, V')
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none").view(A, K - 1)
+    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none").view(
+        A, K - 1
+    )
     w = weights[None, :] * (labels != -100)
     loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
     valid = labels[:, 0] != -100
@@ -144,10 +171,16 @@ def validation_tau(drafter, embed, lm_head, cache: FeatureCache, sequences: list
         anchors = torch.arange(seq.response_start, S - 1)
         matched = torch.zeros(S, dtype=torch.long)
         for chunk in anchors.split(32):
-            batch = build_blocks(seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start)
+            batch = build_blocks(
+                seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start
+            )
             noise = embed(batch.block_ids)  # (a, K, H)
-            hidden = drafter(noise, features[None].to(noise.dtype), position_ids=batch.position_ids,
-                             attention_mask=batch.attention_mask).last_hidden_state
+            hidden = drafter(
+                noise,
+                features[None].to(noise.dtype),
+                position_ids=batch.position_ids,
+                attention_mask=batch.attention_mask,
+            ).last_hidden_state
             drafts = lm_head(hidden[:, 1:]).argmax(-1)  # (a, K-1)
             ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
             matched[chunk] = ok.sum(dim=1)
@@ -167,7 +200,7 @@ def frequent_tokens(sequences: list[Sequence], n: int, vocab: int) -> torch.Tens
 
 def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     """Train (or resume) a drafter for `cfg.target` (or the given `target` model); returns the final folder."""
-    from ..embedded import load_target
+    from ...embedded import load_target
 
     out = Path(cfg.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -181,9 +214,11 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     # 1. Data: the target's own answers, split by id hash into train / validation.
     sequences = load_sequences(cfg.data)
     held_out = [s.greedy and is_validation(s.id, cfg.val_percent) for s in sequences]
-    train = [s for s, h in zip(sequences, held_out) if not h]
-    val = [s for s, h in zip(sequences, held_out) if h][: cfg.val_sequences]
-    (out / "trained_on.json").write_text(json.dumps({"train_ids": [s.id for s in train], "val_ids": [s.id for s in val]}))
+    train = [s for s, h in zip(sequences, held_out, strict=True) if not h]
+    val = [s for s, h in zip(sequences, held_out, strict=True) if h][: cfg.val_sequences]
+    (out / "trained_on.json").write_text(
+        json.dumps({"train_ids": [s.id for s in train], "val_ids": [s.id for s in val]})
+    )
     tokens = sum(len(s.tokens) - s.response_start for s in train)
     logger.info("%d training sequences (%d response tokens), %d validation", len(train), tokens, len(val))
     cache = FeatureCache(out / "features", target, [], autocast=accelerator.autocast)
@@ -222,7 +257,9 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             features, predictions = cache.get(seq.id, seq.tokens[None].to(accelerator.device))
             head = lm_head.weight if keep is None else lm_head.weight[keep]
             with accelerator.autocast():
-                loss, acc = sequence_loss(drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator)
+                loss, acc = sequence_loss(
+                    drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator
+                )
             accelerator.backward(loss / cfg.sequences_per_step)
             losses.append(loss.item())
             accs.append(acc)
@@ -232,12 +269,20 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         optimizer.zero_grad()
         state["step"] += 1
         elapsed = elapsed_before + time.time() - start_time
-        record = {"step": state["step"], "loss": sum(losses) / len(losses), "acc1": sum(accs) / len(accs),
-                  "lr": schedule.get_last_lr()[0], "minutes": elapsed / 60, "tokens_seen": state["step"] * cfg.sequences_per_step}
+        record = {
+            "step": state["step"],
+            "loss": sum(losses) / len(losses),
+            "acc1": sum(accs) / len(accs),
+            "lr": schedule.get_last_lr()[0],
+            "minutes": elapsed / 60,
+            "tokens_seen": state["step"] * cfg.sequences_per_step,
+        }
         if state["step"] % cfg.val_every == 0 or state["step"] == total_steps:
             drafter.eval()
             model = accelerator.unwrap_model(drafter)
-            record.update({f"val_tau_b{b}": validation_tau(model, embed, lm_head, cache, val, b) for b in (4, 8, cfg.block_size)})
+            record.update(
+                {f"val_tau_b{b}": validation_tau(model, embed, lm_head, cache, val, b) for b in (4, 8, cfg.block_size)}
+            )
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:
@@ -263,19 +308,22 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     return final
 
 
-def write_training_card(drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[Sequence], metrics_path: Path) -> None:
+def write_training_card(
+    drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[Sequence], metrics_path: Path
+) -> None:
     """The drafter's model card: data (sources, ids file), steps, time, and the last validation tau per size."""
     from collections import Counter
 
-    from ..drafter.card import write_drafter_card
-
+    from ...drafter.card import write_drafter_card
     from .curves import plot_training_curves, read_metrics
 
     metrics = read_metrics(metrics_path)
     plot_training_curves(metrics_path, folder / "training_curve.png")
     last = metrics[-1]
     tau = next((m for m in reversed(metrics) if "val_tau_b4" in m), {})
-    sources = Counter(s.id.split("/")[0] if not s.id.startswith("text/") else "text/" + s.id.split("/")[1] for s in train)
+    sources = Counter(
+        s.id.split("/")[0] if not s.id.startswith("text/") else "text/" + s.id.split("/")[1] for s in train
+    )
     tokens = sum(len(s.tokens) - s.response_start for s in train)
     training = (
         f"- Data: {len(train)} sequences ({tokens:,} response tokens; sources {dict(sources)}); the target's own greedy "
@@ -288,9 +336,13 @@ def write_training_card(drafter, folder: Path, cfg: DrafterTrainingConfig, train
         f"{torch.get_num_threads()} CPU thread(s); final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
     )
     results = {k.replace("val_", "validation "): v for k, v in tau.items() if k.startswith("val_tau")}
-    table = "\n".join(["| block size | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|"]
-                      + [f"| {k.split('_b')[-1]} | {v:.3f} |" for k, v in tau.items() if k.startswith("val_tau")])
-    write_drafter_card(drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target)
+    table = "\n".join(
+        ["| block size | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|"]
+        + [f"| {k.split('_b')[-1]} | {v:.3f} |" for k, v in tau.items() if k.startswith("val_tau")]
+    )
+    write_drafter_card(
+        drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target
+    )
 
 
 def _checkpoint(accelerator, out: Path, state: dict) -> None:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ..cli_args import add_dataclass_arguments, dataclass_from_args
-from .drafter import DrafterTrainingConfig
+from ...cli_args import add_dataclass_arguments, dataclass_from_args
+from .recipe import DrafterTrainingConfig
 
 
 def add_commands(subparsers) -> None:
@@ -21,6 +21,7 @@ def add_commands(subparsers) -> None:
     regen.add_argument("--per-source", type=int, default=None)
     regen.add_argument("--batch-size", type=int, default=16)
     regen.add_argument("--max-new-tokens", type=int, default=256)
+    regen.add_argument("--dtype", default="float32", help="target dtype (bfloat16 is ~2x faster on AVX512-BF16 CPUs)")
     regen.set_defaults(func=_regenerate)
 
     text = subparsers.add_parser("text-data", help="offline text as extra drafter data, labelled by the target")
@@ -34,7 +35,7 @@ def add_commands(subparsers) -> None:
 def _train(args: argparse.Namespace) -> None:
     from accelerate import Accelerator
 
-    from .drafter import train_drafter
+    from .recipe import train_drafter
 
     cfg = dataclass_from_args(DrafterTrainingConfig, args)
     if not cfg.data:
@@ -44,16 +45,29 @@ def _train(args: argparse.Namespace) -> None:
 
 
 def _regenerate(args: argparse.Namespace) -> None:
-    from ..embedded import load_target
+    import torch
+
+    from ...embedded import load_target
     from .regenerate import drafter_prompts, regenerate
 
-    model, tokenizer = load_target(args.target)
-    regenerate(model, tokenizer, drafter_prompts(args.sources.split(","), args.per_source), args.out, args.batch_size, args.max_new_tokens)
+    model, tokenizer = load_target(args.target, getattr(torch, args.dtype))
+    regenerate(
+        model,
+        tokenizer,
+        drafter_prompts(args.sources.split(","), args.per_source),
+        args.out,
+        args.batch_size,
+        args.max_new_tokens,
+    )
 
 
 def _text_data(args: argparse.Namespace) -> None:
-    from ..embedded import load_target
+    from ...embedded import load_target
     from .textdata import write_text_rows
 
     _, tokenizer = load_target(args.target)
-    print(write_text_rows(tokenizer, args.out, args.sources.split(","), args.limit_per_source), "rows written to", args.out)
+    print(
+        write_text_rows(tokenizer, args.out, args.sources.split(","), args.limit_per_source),
+        "rows written to",
+        args.out,
+    )

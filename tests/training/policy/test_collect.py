@@ -4,9 +4,9 @@ import json
 
 import pytest
 
-from blockpilot_hf.training.collect import CollectConfig, collect
-from blockpilot_hf.training.records import read_records, shard_path
-from blockpilot_hf.training.synthetic import oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.training.policy.collect import CollectConfig, collect
+from blockpilot_hf.training.policy.collected import read_records, shard_path
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
@@ -21,9 +21,7 @@ def test_collected_rows_hold_the_known_answers(task):
         assert len(record.features) == task.policy.config.features.size
         taus = record.taus()
         assert taus[1] == 1.0
-        if (
-            record.source == "easy"
-        ):  # perfect drafts: 11 tokens after the first one, committed 8 + 3 at size 8
+        if record.source == "easy":  # perfect drafts: 11 tokens after the first one, committed 8 + 3 at size 8
             assert taus[8] == pytest.approx(5.5) and record.run(8).acceptance_lengths == [8, 3]
         else:  # always-wrong drafts: one token per step at every size
             assert set(taus.values()) == {1.0}

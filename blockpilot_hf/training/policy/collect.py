@@ -21,13 +21,13 @@ from pathlib import Path
 
 import torch
 
-from ..decoding.engine import Prefill
-from ..drafter import DFlashDrafter
-from ..generation import enable
-from ..jsonl import cut_torn_tail
-from ..policy.cost import device_name
-from ..policy.features import PrefillFeatures, extract_features, spec_for
-from .records import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_path
+from ...decoding.engine import Prefill
+from ...drafter import DFlashDrafter
+from ...generation import enable
+from ...jsonl import cut_torn_tail
+from ...policy.cost import device_name
+from ...policy.features import PrefillFeatures, extract_features, spec_for
+from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_path
 
 logger = logging.getLogger(__name__)
 
@@ -168,9 +168,7 @@ def collect(
     enable(target)
     reference = drafter if isinstance(drafter, DFlashDrafter) else meta_drafter
     if reference is None:
-        raise ValueError(
-            "Pass `meta_drafter` (a drafter of the same configuration) when `drafter` is a factory."
-        )
+        raise ValueError("Pass `meta_drafter` (a drafter of the same configuration) when `drafter` is a factory.")
     meta = make_meta(target, reference, config)
     if state.is_main_process:
         out.mkdir(parents=True, exist_ok=True)
@@ -193,9 +191,7 @@ def collect(
         )
         for item in bar:
             record = collect_prompt(target, drafter, item, config)
-            with shard.open(
-                "a", encoding="utf-8"
-            ) as f:  # one line per prompt, flushed before the next starts
+            with shard.open("a", encoding="utf-8") as f:  # one line per prompt, flushed before the next starts
                 f.write(record.to_json() + "\n")
             new.append(record)
             bar.set_postfix(tau_max=f"{max(r.tau for r in record.runs):.2f}")
@@ -205,7 +201,7 @@ def collect(
 
 def items_from_prompts(tokenizer, spec: str, limit: int | None = None) -> list[CollectItem]:
     """Items from "source:split,source:split" (e.g. "gsm8k:policy,humaneval:policy"); first turn only."""
-    from ..data import chat_input_ids, load_prompts
+    from ...data import chat_input_ids, load_prompts
 
     items = []
     for part in spec.split(","):

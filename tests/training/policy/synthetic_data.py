@@ -9,10 +9,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from blockpilot_hf.policy import BlockPolicy
-from blockpilot_hf.training.collect import CollectConfig, collect
-from blockpilot_hf.training.fit import FitConfig, fit_policy
-from blockpilot_hf.training.records import CollectMeta, PromptRecord, read_records
-from blockpilot_hf.training.synthetic import SYNTHETIC_COST, oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.testing_utils import SYNTHETIC_COST, oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.training.policy.collect import CollectConfig, collect
+from blockpilot_hf.training.policy.collected import CollectMeta, PromptRecord, read_records
+from blockpilot_hf.training.policy.fit import FitConfig, fit_policy
 
 CONFIG = CollectConfig(block_sizes=[2, 4, 8], max_new_tokens=12)
 
@@ -47,6 +47,4 @@ def synthetic_task() -> SyntheticTask:
     _, heldout = read_records(root / "heldout")
     policy = fit_policy(meta, train, FitConfig(name="synthetic"), cost=SYNTHETIC_COST)
     policy.save_pretrained(root / "policy")
-    return SyntheticTask(
-        root, root / "train", root / "heldout", meta, train, heldout, policy, root / "policy"
-    )
+    return SyntheticTask(root, root / "train", root / "heldout", meta, train, heldout, policy, root / "policy")

@@ -26,7 +26,7 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
     for key in sorted({k for r in rows for k in r if k.startswith("val_tau_b")}, key=lambda k: int(k.split("_b")[-1])):
         points = [(r["minutes"], r[key]) for r in rows if key in r]
-        left.plot(*zip(*points), marker="o", label=f"b={key.split('_b')[-1]}")
+        left.plot(*zip(*points, strict=True), marker="o", label=f"b={key.split('_b')[-1]}")
     left.set(xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out greedy answers")
     left.legend()
     right.plot([r["tokens_seen"] for r in rows], [r["acc1"] for r in rows], alpha=0.4)

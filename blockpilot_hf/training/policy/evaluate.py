@@ -14,11 +14,11 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
-from ..policy.config import CostModel
-from ..policy.features import PrefillFeatures
-from ..policy.head import BlockPolicy
-from .records import PromptRecord, cost_from_records, read_records
+from ...policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
+from ...policy.config import CostModel
+from ...policy.features import PrefillFeatures
+from ...policy.head import BlockPolicy
+from .collected import PromptRecord, cost_from_records, read_records
 
 logger = logging.getLogger(__name__)
 
@@ -48,9 +48,7 @@ class Headline:
 @dataclass
 class EvaluationReport:
     scores: list[MethodScore]
-    choices: dict[str, list[int]] = field(
-        default_factory=dict
-    )  # method -> chosen size per prompt (record order)
+    choices: dict[str, list[int]] = field(default_factory=dict)  # method -> chosen size per prompt (record order)
 
     def score(self, method: str, source: str = "all") -> MethodScore:
         return next(s for s in self.scores if s.method == method and s.source == source)
@@ -150,16 +148,12 @@ def evaluate_records(
         subset = [records[i] for i in idx]
         for name, sizes in choices.items():
             scores.append(
-                _score(
-                    name, source, subset, [sizes[i] for i in idx], [choices["oracle"][i] for i in idx], cost
-                )
+                _score(name, source, subset, [sizes[i] for i in idx], [choices["oracle"][i] for i in idx], cost)
             )
     return EvaluationReport(scores, choices)
 
 
-def make_plots(
-    policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path
-) -> list[Path]:
+def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path) -> list[Path]:
     """Best-size distribution, tau vs size per prompt, predicted vs actual tau; PNG files in `out`."""
     import matplotlib
 
@@ -213,13 +207,8 @@ def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | Non
     """Load a policy and a held-out collect folder, score everything, optionally draw plots."""
     policy = BlockPolicy.from_pretrained(policy_dir)
     meta, records = read_records(Path(collect_dir))
-    if (
-        meta.hidden_size != policy.config.hidden_size
-        or meta.target_layer_ids != policy.config.target_layer_ids
-    ):
-        raise ValueError(
-            f"{collect_dir} was collected for another target/drafter than policy {policy.config.name!r}."
-        )
+    if meta.hidden_size != policy.config.hidden_size or meta.target_layer_ids != policy.config.target_layer_ids:
+        raise ValueError(f"{collect_dir} was collected for another target/drafter than policy {policy.config.name!r}.")
     missing = set(policy.config.candidate_sizes) - set(meta.block_sizes)
     if missing:
         raise ValueError(

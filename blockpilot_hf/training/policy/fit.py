@@ -17,11 +17,11 @@ from pathlib import Path
 
 import torch
 
-from ..policy.baselines import best_fixed_size
-from ..policy.config import BlockPolicyConfig, CostModel, FeatureSpec
-from ..policy.features import PrefillFeatures, stack_features
-from ..policy.head import BlockPolicy
-from .records import CollectMeta, PromptRecord, cost_from_records, read_records
+from ...policy.baselines import best_fixed_size
+from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
+from ...policy.features import PrefillFeatures, stack_features
+from ...policy.head import BlockPolicy
+from .collected import CollectMeta, PromptRecord, cost_from_records, read_records
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +34,7 @@ class FitConfig:
     epochs: int = field(default=300, metadata={"help": "full-batch Adam steps"})
     lr: float = field(default=3e-3, metadata={"help": "Adam learning rate"})
     weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
-    projection_dim: int = field(
-        default=32, metadata={"help": "shared projection width of each H-sized feature row"}
-    )
+    projection_dim: int = field(default=32, metadata={"help": "shared projection width of each H-sized feature row"})
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
     choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
     name: str = field(default="blockpilot-policy", metadata={"help": "policy name (stats, card)"})
@@ -55,9 +53,7 @@ def is_heldout(prompt_id: str, fraction: float) -> bool:
     return digest / 0xFFFFFFFF < fraction
 
 
-def split_records(
-    records: list[PromptRecord], fraction: float
-) -> tuple[list[PromptRecord], list[PromptRecord]]:
+def split_records(records: list[PromptRecord], fraction: float) -> tuple[list[PromptRecord], list[PromptRecord]]:
     train = [r for r in records if not is_heldout(r.prompt_id, fraction)]
     heldout = [r for r in records if is_heldout(r.prompt_id, fraction)]
     if not train:
@@ -67,9 +63,7 @@ def split_records(
     return train, heldout
 
 
-def policy_config(
-    meta: CollectMeta, config: FitConfig, cost: CostModel, best_fixed: int | None
-) -> BlockPolicyConfig:
+def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fixed: int | None) -> BlockPolicyConfig:
     """The head's config from what the data was collected with."""
     return BlockPolicyConfig(
         features=FeatureSpec(meta.hidden_size, len(meta.target_layer_ids), meta.top_k),
@@ -130,17 +124,13 @@ def fit_policy(
     torch.manual_seed(config.seed)
     policy = BlockPolicy(policy_config(meta, config, cost, best))
     losses = fit_head(policy, records, config)
-    logger.info(
-        "trained %s on %d prompts: loss %.4f -> %.4f", config.name, len(records), losses[0], losses[-1]
-    )
+    logger.info("trained %s on %d prompts: loss %.4f -> %.4f", config.name, len(records), losses[0], losses[-1])
     return policy
 
 
-def train_policy(
-    collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None
-) -> BlockPolicy:
+def train_policy(collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None) -> BlockPolicy:
     """Read a collect folder, fit on the non-held-out prompts, measure on the held-out ones, write the folder."""
-    from ..policy.config import MeasuredResult
+    from ...policy.config import MeasuredResult
     from .evaluate import evaluate_records
 
     meta, records = read_records(Path(collect_dir))

@@ -15,9 +15,8 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..data import chat_input_ids, load_prompts
-from ..jsonl import cut_torn_tail, read_rows
-
+from ...data import chat_input_ids, load_prompts
+from ...jsonl import cut_torn_tail, read_rows
 
 
 def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
@@ -41,12 +40,21 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
             attention_mask[row, width - len(ids) :] = 1
         with torch.inference_mode():
             generated = model.generate(
-                input_ids=input_ids, attention_mask=attention_mask, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=pad
+                input_ids=input_ids,
+                attention_mask=attention_mask,
+                max_new_tokens=max_new_tokens,
+                do_sample=False,
+                pad_token_id=pad,
             )[:, width:]
         with out.open("a", encoding="utf-8") as f:
-            for prompt, ids, answer in zip(batch, encoded, generated.tolist()):
+            for prompt, ids, answer in zip(batch, encoded, generated.tolist(), strict=True):
                 answer = _cut_after_eos(answer, tokenizer.eos_token_id)
-                f.write(json.dumps({"source": prompt.source, "id": prompt.id, "prompt_ids": ids.tolist(), "response_ids": answer}) + "\n")
+                f.write(
+                    json.dumps(
+                        {"source": prompt.source, "id": prompt.id, "prompt_ids": ids.tolist(), "response_ids": answer}
+                    )
+                    + "\n"
+                )
         bar.update(len(batch))
     bar.close()
 
@@ -65,7 +73,7 @@ def drafter_prompts(sources: list[str], per_source: int | None, seed: int = 0):
 
 
 def main(argv: list[str] | None = None) -> None:
-    from ..cli import main as cli_main
+    from ...cli import main as cli_main
 
     cli_main(["regenerate", *(argv if argv is not None else __import__("sys").argv[1:])])
 

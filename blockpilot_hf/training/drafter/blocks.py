@@ -32,7 +32,12 @@ def sample_anchors(response_start: int, length: int, max_anchors: int, generator
 
 
 def build_blocks(
-    tokens: torch.Tensor, targets: torch.Tensor, anchors: torch.Tensor, block_size: int, mask_id: int, response_start: int
+    tokens: torch.Tensor,
+    targets: torch.Tensor,
+    anchors: torch.Tensor,
+    block_size: int,
+    mask_id: int,
+    response_start: int,
 ) -> BlockBatch:
     """Lay out the blocks of `tokens` (S,) anchored at `anchors` (A,), with the DFlash block attention mask.
     Labels come from `targets` (S,): what the target predicts at each position."""

@@ -12,7 +12,6 @@ from pathlib import Path
 
 from ..jsonl import cut_torn_tail, read_rows
 
-
 RAW_NAME = "raw.jsonl"
 META_NAME = "bench.json"
 

@@ -12,8 +12,8 @@ import statistics
 from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 
-from ..policy.config import CostModel
-from ..jsonl import read_rows
+from ...jsonl import read_rows
+from ...policy.config import CostModel
 
 logger = logging.getLogger(__name__)
 
@@ -121,11 +121,7 @@ class CollectMeta:
 
     def check_same(self, other: CollectMeta, folder: Path) -> None:
         """Refuse to append rows made with other settings to an existing folder."""
-        diff = [
-            f.name
-            for f in fields(self)
-            if f.name != "device" and getattr(self, f.name) != getattr(other, f.name)
-        ]
+        diff = [f.name for f in fields(self) if f.name != "device" and getattr(self, f.name) != getattr(other, f.name)]
         if diff:
             raise ValueError(
                 f"{folder} was collected with other settings ({', '.join(diff)} differ): resume with the same "

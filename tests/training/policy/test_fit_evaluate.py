@@ -4,9 +4,9 @@ import pytest
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.cli import main
-from blockpilot_hf.training.evaluate import evaluate_policy, evaluate_records
-from blockpilot_hf.training.fit import FitConfig, is_heldout, split_records, train_policy
-from blockpilot_hf.training.synthetic import SYNTHETIC_COST, best_size
+from blockpilot_hf.testing_utils import SYNTHETIC_COST, best_size
+from blockpilot_hf.training.policy.evaluate import evaluate_policy, evaluate_records
+from blockpilot_hf.training.policy.fit import FitConfig, is_heldout, split_records, train_policy
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
@@ -22,9 +22,7 @@ def test_head_learns_the_known_best_size_on_heldout_prompts(task):
     assert fixed.accuracy == 0.5
     assert mine.regret < fixed.regret  # mean per-prompt loss vs the oracle
     # The paper's rule (argmax tau) cannot see that drafting does not pay on hard prompts:
-    assert (
-        report.score("blockpilot", "hard").accuracy > report.score("blockpilot-classifier", "hard").accuracy
-    )
+    assert report.score("blockpilot", "hard").accuracy > report.score("blockpilot-classifier", "hard").accuracy
 
 
 def test_heldout_split_is_deterministic_and_disjoint(task):

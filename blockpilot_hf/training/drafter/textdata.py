@@ -14,8 +14,8 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from ..data import chat_input_ids, load_prompts
-from ..data.prompts import DATASETS
+from ...data import chat_input_ids, load_prompts
+from ...data.prompts import DATASETS
 
 
 def _gsm8k_rows(tokenizer):
@@ -45,7 +45,13 @@ def write_text_rows(tokenizer, out: Path, sources: list[str], limit_per_source: 
                 response = tokenizer(text, add_special_tokens=False)["input_ids"]
                 if prompt_ids:
                     response = response + [tokenizer.eos_token_id]
-                row = {"source": f"text-{source}", "id": f"text/{row_id}", "prompt_ids": prompt_ids, "response_ids": response, "kind": "text"}
+                row = {
+                    "source": f"text-{source}",
+                    "id": f"text/{row_id}",
+                    "prompt_ids": prompt_ids,
+                    "response_ids": response,
+                    "kind": "text",
+                }
                 f.write(json.dumps(row) + "\n")
                 count += 1
     return count

@@ -1,0 +1,207 @@
+"""Test support in one place (like `transformers.testing_utils`): random models, a char tokenizer, an oracle
+drafter and a synthetic BlockPilot task whose right answers are known. Package code never imports this module;
+tests and benchmark scripts do.
+"""
+
+from __future__ import annotations
+
+import random
+
+import torch
+
+from .drafter import DFlashConfig, DFlashDrafter
+from .generation import enable
+from .policy.config import CostModel
+from .training.policy.collect import CollectItem
+
+VOCAB = 96
+HIDDEN = 32
+MASK_ID = VOCAB - 1
+
+
+# --- random models -------------------------------------------------------------------------------------------
+
+
+def tiny_target(
+    seed: int = 0,
+    arch: str = "qwen3",
+    dtype=torch.float64,
+    vocab: int = VOCAB,
+    layers: int = 4,
+    scale: float = 4.0,
+    enabled: bool = True,
+    hidden: int = HIDDEN,
+    intermediate: int = 64,
+    heads: int = 4,
+    kv_heads: int = 2,
+    **config_overrides,
+):
+    """A random causal LM (Qwen3 or Llama); `scale` sharpens its next-token distributions so greedy text is
+    not all ties. `enabled=False` leaves `generate` untouched (plain transformers), for comparisons."""
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(seed)
+    common = dict(
+        vocab_size=vocab,
+        hidden_size=hidden,
+        intermediate_size=intermediate,
+        num_hidden_layers=layers,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
+        max_position_embeddings=4096,
+        eos_token_id=None,
+        pad_token_id=0,
+        bos_token_id=None,
+        **config_overrides,
+    )
+    if arch == "qwen3":
+        model = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // heads, **common))
+    elif arch == "llama":
+        model = LlamaForCausalLM(LlamaConfig(**common))
+    else:
+        raise ValueError(f"arch must be 'qwen3' or 'llama', not {arch!r}")
+    with torch.no_grad():
+        model.lm_head.weight.mul_(scale)
+    model.generation_config.eos_token_id = None
+    model.generation_config.pad_token_id = 0
+    model = model.to(dtype).eval()
+    return enable(model) if enabled else model
+
+
+def tiny_drafter(target, seed: int = 1, block_size: int = 8, layers: int = 1, **overrides) -> DFlashDrafter:
+    """A random drafter shaped after `target`; `overrides` replace any config field (to build mismatched ones)."""
+    torch.manual_seed(seed)
+    tc = target.config
+    depth = tc.num_hidden_layers
+    fields = dict(
+        hidden_size=tc.hidden_size,
+        intermediate_size=tc.intermediate_size * 3 // 4,
+        num_hidden_layers=layers,
+        num_attention_heads=tc.num_attention_heads,
+        num_key_value_heads=tc.num_key_value_heads,
+        head_dim=tc.hidden_size // tc.num_attention_heads,
+        vocab_size=tc.vocab_size,
+        block_size=block_size,
+        mask_token_id=tc.vocab_size - 1,
+        num_target_layers=depth,
+        target_layer_ids=[0, depth - 1],
+    )
+    return DFlashDrafter(DFlashConfig(**{**fields, **overrides})).to(target.dtype).eval()
+
+
+def cpu_sized_pair(seed: int = 0, block_size: int = 16):
+    """A ~60M-parameter random Qwen3 target (float32, enabled) and a 2-layer drafter: CPU-sized for benchmarks."""
+    target = tiny_target(
+        seed, dtype=torch.float32, vocab=32_000, layers=8, scale=1.0, hidden=512, intermediate=1536, heads=8, kv_heads=4
+    )
+    drafter = tiny_drafter(
+        target, seed=seed, block_size=block_size, layers=2, intermediate_size=1536, target_layer_ids=None
+    )
+    return target, drafter
+
+
+def random_prompt(seed: int, length: int, vocab: int = VOCAB) -> torch.Tensor:
+    """(1, length) random token ids, avoiding the pad id 0 and the mask id `vocab - 1`."""
+    g = torch.Generator().manual_seed(seed)
+    return torch.randint(1, vocab - 1, (1, length), generator=g)
+
+
+def plain_greedy(target, input_ids, max_new_tokens: int, **kwargs) -> torch.Tensor:
+    return target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
+
+
+def token_text(token_id: int) -> str:
+    """The tiny tokenizer's string for a token: one printable character ("!" ... "~", then Latin-1 signs)."""
+    return chr(33 + token_id) if token_id < 94 else chr(161 + token_id - 94)
+
+
+def tiny_tokenizer(vocab: int = VOCAB):
+    """A character-level `PreTrainedTokenizerFast` over the tiny vocabulary (for stop strings and text streamers).
+    Single characters with no separators let transformers' `StopStringCriteria` read every token's exact text."""
+    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast
+
+    chars = {token_text(i): i for i in range(vocab)}
+    backend = Tokenizer(models.WordLevel(vocab=chars, unk_token=token_text(0)))
+    backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
+    backend.decoder = decoders.Fuse()
+    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=token_text(0), unk_token=token_text(0))
+
+
+# --- an oracle drafter ---------------------------------------------------------------------------------------
+
+
+class OracleDrafter(DFlashDrafter):
+    """Drafts `reference[pos]` for every block position `pos`; positions in `mistakes` get a wrong token.
+
+    It runs the real drafter network (so its cost and cache handling are those of the real thing) and then
+    replaces the logits with one-hot rows for the known tokens.
+    """
+
+    reference: list[int]
+    mistakes: set[int]
+
+    @classmethod
+    def from_drafter(cls, drafter: DFlashDrafter, reference: torch.Tensor, mistakes=()) -> OracleDrafter:
+        """`reference` (1, N): the full sequence (prompt + continuation) the target will produce."""
+        oracle = cls(drafter.config).to(drafter.dtype)
+        oracle.load_state_dict(drafter.state_dict())
+        oracle.reference = reference[0].tolist()
+        oracle.mistakes = set(mistakes)
+        return oracle.eval()
+
+    @torch.no_grad()
+    def draft(self, embed, lm_head, anchor, context_hidden_states, block_size, cache):
+        anchor_pos = cache.get_seq_length() + context_hidden_states.shape[1]  # every earlier position is context
+        logits = super().draft(embed, lm_head, anchor, context_hidden_states, block_size, cache)
+        vocab = logits.shape[-1]
+        forced = torch.full_like(logits, -1e4)
+        for i in range(block_size - 1):
+            pos = anchor_pos + 1 + i
+            token = self.reference[pos] if pos < len(self.reference) else 0
+            forced[0, i, (token + 1) % vocab if pos in self.mistakes else token] = 1e4
+        return forced
+
+
+# --- a synthetic BlockPilot task -----------------------------------------------------------------------------
+# Two kinds of prompts: "easy" prompts draw their tokens from one small range of the vocabulary and get a drafter
+# that always drafts the target's own continuation (acceptance grows with the block, so the largest size wins);
+# "hard" prompts draw from another range and get a drafter that is always wrong (tau = 1 at every size, so plain
+# decoding, size 1, wins). A policy must read the kind off the prefill features.
+
+SYNTHETIC_VOCAB = 64
+KIND_TOKENS = {"easy": (1, 12), "hard": (40, 51)}  # token id ranges (inclusive): the kind is in the prompt itself
+# A cost model with the shape measured on a real CPU (verifying 8 tokens ~1.4x one) without timing noise.
+SYNTHETIC_COST = CostModel([1, 2, 4, 8], [1.0e-3, 1.15e-3, 1.25e-3, 1.45e-3], "synthetic", "synthetic")
+
+
+def tiny_pair(seed: int = 0, block_size: int = 8):
+    """(target, drafter) of the synthetic task: a 4-layer float32 Qwen3 target (enabled), a 1-layer drafter."""
+    target = tiny_target(seed, dtype=torch.float32, vocab=SYNTHETIC_VOCAB)
+    return target, tiny_drafter(target, seed=seed + 1, block_size=block_size, target_layer_ids=[0, 3])
+
+
+def synthetic_items(count: int, seed: int, length: int = 12, prefix: str = "syn") -> list[CollectItem]:
+    """`count` prompts alternating easy / hard; the kind is also the item's `source`."""
+    rng = random.Random(seed)
+    items = []
+    for i in range(count):
+        kind = "easy" if i % 2 == 0 else "hard"
+        low, high = KIND_TOKENS[kind]
+        items.append(CollectItem(f"{prefix}/{seed}/{i}", kind, [rng.randint(low, high) for _ in range(length)]))
+    return items
+
+
+def best_size(kind: str, sizes: list[int]) -> int:
+    """The known right answer: the largest size for easy prompts, plain decoding for hard ones."""
+    return max(sizes) if kind == "easy" else 1
+
+
+def oracle_factory(drafter: DFlashDrafter):
+    """A per-prompt drafter factory for `collect`: perfect drafts on easy prompts, always wrong on hard ones."""
+
+    def make(item: CollectItem, reference: torch.Tensor) -> OracleDrafter:
+        mistakes = range(reference.shape[1] + 64) if item.source == "hard" else ()
+        return OracleDrafter.from_drafter(drafter, reference, mistakes)
+
+    return make

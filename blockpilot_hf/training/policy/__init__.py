@@ -1,0 +1,1 @@
+"""BlockPilot policy training: collect runs at every block size, fit the head, evaluate it."""
