@@ -12,7 +12,6 @@ Finished runs are appended to `raw.jsonl` per prompt turn; a rerun skips what is
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,8 +19,10 @@ from pathlib import Path
 import torch
 
 from ..data import Prompt, chat_input_ids
+from ..decoding.stats import device_clock
+from ..jsonl import JsonlWriter
 from .config import BASELINE, BLOCKPILOT, DFLASH_HF, PROMPT_LOOKUP, BenchConfig, fixed_arm
-from .runs import BenchMeta, RawWriter, RunRecord, UnitKey, read_raw
+from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw
 
 logger = logging.getLogger(__name__)
 
@@ -86,17 +87,10 @@ class FirstTokenTimer:
     def put(self, value) -> None:
         self.calls += 1
         if self.calls == 2:
-            self.first_token_at = _clock(self.device)
+            self.first_token_at = device_clock(self.device)
 
     def end(self) -> None:
         pass
-
-
-def _clock(device: torch.device) -> float:
-    """Wall time after the device finished its queued work (CUDA runs asynchronously)."""
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
 
 
 def _reset_peak_memory(device: torch.device) -> None:
@@ -153,7 +147,7 @@ def measure(
     kwargs = generate_kwargs(arm, models, unit.temperature, config)
     torch.manual_seed(unit.seed)
     _reset_peak_memory(device)
-    start = _clock(device)
+    start = device_clock(device)
     with torch.inference_mode():
         out = target.generate(
             input_ids=input_ids,
@@ -162,7 +156,7 @@ def measure(
             streamer=timer,
             **kwargs,
         )
-    total = _clock(device) - start
+    total = device_clock(device) - start
     new = out.sequences[0, input_ids.shape[1] :].tolist()
     stats = getattr(out, "blockpilot", None)
     record = RunRecord(
@@ -208,7 +202,7 @@ def run_unit(
     arms: list[Arm],
     config: BenchConfig,
     done: dict,
-    writer: RawWriter | None,
+    writer: JsonlWriter | None,
     shift: int = 0,
 ) -> list[RunRecord]:
     """Every arm on every turn of `unit`; runs in `done` (key -> record) are reused, new ones written."""
@@ -226,7 +220,7 @@ def run_unit(
         mark_identical(turn_records)
         for record in fresh:
             if writer is not None:
-                writer.write(record)
+                writer.append(record)
             done[record.key] = record
         records += turn_records
         base = next(r for r in turn_records if r.arm == BASELINE)
@@ -295,7 +289,7 @@ def run_benchmark(
             saved.check_same(meta, out)
         meta.save(out)
         done = {r.key: r for r in read_raw(out)}
-        writer = RawWriter(out)
+        writer = raw_writer(out)
     arms = arms_for(config, models.policy is not None)
     dev_arms = [a for a in arms if a.kind in (BASELINE, "fixed")]
     plan = plan_units(config, eval_prompts, dev_prompts if dev_arms[1:] else ())

@@ -170,10 +170,11 @@ def _plot_speedup(plt, summaries: list[ArmSummary], records: list[RunRecord]):
     return fig
 
 
-def _plot_block_sizes(plt, summaries: list[ArmSummary], records: list[RunRecord]):
-    """How often BlockPilot chose each block size vs how often each size was the per-prompt oracle."""
-    counts = {arm: Counter(r.block_size for r in records if r.arm == arm) for arm in (ORACLE, BLOCKPILOT)}
-    sizes = sorted({b for c in counts.values() for b in c if b is not None})
+def block_size_chart(plt, oracle: list[int], chosen: list[int], unit: str, sizes: list[int] | None = None):
+    """Bars: how often each block size was the per-prompt oracle's vs BlockPilot's choice, counted in `unit`s
+    (prompt turns, prompts). `sizes` on the axis default to those that occur. Returns the figure."""
+    counts = {ORACLE: Counter(oracle), BLOCKPILOT: Counter(chosen)}
+    sizes = sorted(sizes if sizes is not None else {b for c in counts.values() for b in c})
     fig, ax = plt.subplots(figsize=(6, 4))
     for offset, arm in ((-0.2, ORACLE), (0.2, BLOCKPILOT)):
         ax.bar([i + offset for i in range(len(sizes))], [counts[arm][b] for b in sizes], width=0.4, label=arm)
@@ -181,11 +182,20 @@ def _plot_block_sizes(plt, summaries: list[ArmSummary], records: list[RunRecord]
         xticks=range(len(sizes)),
         xticklabels=sizes,
         xlabel="block size",
-        ylabel="prompt turns",
+        ylabel=unit,
         title="Chosen (BlockPilot) vs oracle block sizes",
     )
     ax.legend()
     return fig
+
+
+def _plot_block_sizes(plt, summaries: list[ArmSummary], records: list[RunRecord]):
+    """How often BlockPilot chose each block size vs how often each size was the per-prompt oracle."""
+    sizes_of = {
+        arm: [r.block_size for r in records if r.arm == arm and r.block_size is not None]
+        for arm in (ORACLE, BLOCKPILOT)
+    }
+    return block_size_chart(plt, sizes_of[ORACLE], sizes_of[BLOCKPILOT], "prompt turns")
 
 
 def _plot_tau(plt, summaries: list[ArmSummary], records: list[RunRecord]):

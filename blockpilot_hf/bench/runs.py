@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from ..jsonl import cut_torn_tail, read_rows
+from ..decoding.stats import tokens_per_second
+from ..jsonfile import from_dict, load_json, save_json
+from ..jsonl import JsonlWriter, read_rows
 
 RAW_NAME = "raw.jsonl"
 META_NAME = "bench.json"
@@ -50,7 +51,7 @@ class RunRecord:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
+        return tokens_per_second(self.new_tokens, self.total_time)
 
     @property
     def key(self) -> RunKey:
@@ -63,14 +64,6 @@ class RunRecord:
     def renamed(self, arm: str) -> RunRecord:
         """The same measurement under another arm name (derived arms reuse fixed-size runs)."""
         return replace(self, arm=arm)
-
-    def to_json(self) -> str:
-        return json.dumps(asdict(self))
-
-    @classmethod
-    def from_dict(cls, data: dict) -> RunRecord:
-        known = {f.name for f in fields(cls)}
-        return cls(**{k: v for k, v in data.items() if k in known})
 
 
 @dataclass
@@ -87,12 +80,13 @@ class BenchMeta:
     training_block_size: int
 
     def save(self, folder: Path) -> None:
-        (folder / META_NAME).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        save_json(self, folder / META_NAME)
 
     @classmethod
     def load(cls, folder: Path) -> BenchMeta | None:
+        """The setup of `folder`, None for a new folder (no bench.json); damage gives the errors of `jsonfile`."""
         path = folder / META_NAME
-        return cls(**json.loads(path.read_text(encoding="utf-8"))) if path.is_file() else None
+        return load_json(cls, path) if path.is_file() else None
 
     def check_same(self, other: BenchMeta, folder: Path) -> None:
         """Refuse to resume `folder` with a different setup, naming what differs."""
@@ -102,26 +96,15 @@ class BenchMeta:
             raise ValueError(f"{folder} holds results of another setup ({changes}); use a new --out folder.")
 
 
+def _parse_record(row: dict) -> RunRecord:
+    return from_dict(RunRecord, row)
+
+
 def read_raw(folder: Path) -> list[RunRecord]:
     """Every record in `folder/raw.jsonl` (a torn last line from a crash is skipped with a warning)."""
-    path = Path(folder) / RAW_NAME
-    records = []
-    for i, row in enumerate(read_rows(path)):
-        try:
-            records.append(RunRecord.from_dict(row))
-        except TypeError as err:
-            raise ValueError(f"{path}: line {i + 1} is not a run record ({err}).") from err
-    return records
+    return read_rows(Path(folder) / RAW_NAME, _parse_record)
 
 
-class RawWriter:
-    """Appends records to `folder/raw.jsonl`, one flushed line each, after cutting a torn tail."""
-
-    def __init__(self, folder: Path):
-        self.path = Path(folder) / RAW_NAME
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        cut_torn_tail(self.path)
-
-    def write(self, record: RunRecord) -> None:
-        with self.path.open("a", encoding="utf-8") as f:
-            f.write(record.to_json() + "\n")
+def raw_writer(folder: Path) -> JsonlWriter:
+    """Appends `RunRecord`s to `folder/raw.jsonl`, one flushed line each (see `jsonl` for the crash rule)."""
+    return JsonlWriter(Path(folder) / RAW_NAME, _parse_record)

@@ -19,7 +19,7 @@ import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
-from .stats import GenerationStats, StepRecord
+from .stats import GenerationStats, StepRecord, device_clock
 
 
 @dataclass
@@ -62,12 +62,6 @@ class _Sequence:
         return len(tokens)
 
 
-def _sync(device: torch.device) -> float:
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-    return time.perf_counter()
-
-
 def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] | None, keep: int):
     """One target pass over `ids` (1, K) after `cache`; returns float32 logits (K', V) and the hidden states."""
     out = target(
@@ -103,7 +97,7 @@ def speculative_generate(
     sampling; the default drafts argmax tokens and accepts them with the exact point-mass rule.
     """
     device = input_ids.device
-    start = _sync(device)
+    start = device_clock(device)
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     final_index = target.config.get_text_config().num_hidden_layers
     prompt = input_ids if padding is None else torch.cat([padding, input_ids], dim=1)  # (1, P + T)
@@ -126,7 +120,7 @@ def speculative_generate(
     score = _scorer(logits_processor, seq)
     first = accept_point_mass([], lambda i, c: score(logits[0], c), do_sample, generator)
     seq.commit(first)
-    stats.prefill_time = _sync(device) - start
+    stats.prefill_time = device_clock(device) - start
     drafter_cache = DynamicCache(config=drafter.config)
     want_hidden = drafter.hidden_state_indices if chosen > 1 else None
 
@@ -134,13 +128,13 @@ def speculative_generate(
         k = min(chosen, max_length - seq.length)  # never verify past the length limit
         anchor = seq.ids[:, -1:]
         # 2. Draft k-1 tokens in one drafter pass (none for k == 1: plain decoding).
-        t0 = _sync(device)
+        t0 = device_clock(device)
         if k > 1:
             draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
             drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
         else:
             drafts, q = [], None
-        t1 = _sync(device)
+        t1 = device_clock(device)
         # 3. Verify anchor + drafts in one target pass.
         block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
         logits, hidden = _target_forward(target, block, target_cache, want_hidden if k > 1 else None, keep=0)
@@ -155,7 +149,7 @@ def speculative_generate(
             committed = accept_greedy(torch.tensor(drafts, device=device), logits)
         else:
             committed = accept_point_mass(drafts, score_at, do_sample, generator)
-        t2 = _sync(device)
+        t2 = device_clock(device)
         # 5. Commit (stopping criteria token by token), then crop the target cache to the committed prefix.
         accepted = len(committed) - 1
         kept = seq.commit(committed)
@@ -165,7 +159,7 @@ def speculative_generate(
         stats.steps.append(StepRecord(k, accepted, kept, t1 - t0, t2 - t1))
 
     stats.new_tokens = seq.length - prompt.shape[1]
-    stats.total_time = _sync(device) - start
+    stats.total_time = device_clock(device) - start
     if streamer is not None:
         streamer.end()
     return seq.ids.clone(), stats

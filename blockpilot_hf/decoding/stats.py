@@ -1,8 +1,35 @@
-"""Typed records of what the engine did: one `StepRecord` per draft/verify step, one `GenerationStats` per request."""
+"""Typed records of what the engine did: one `StepRecord` per draft/verify step, one `GenerationStats` per request.
+
+Also the one definition of each derived number every report uses (tau, tokens/s) and the clock they are timed with.
+"""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
+
+import torch
+
+
+def device_clock(device: torch.device) -> float:
+    """Wall time (perf_counter) after `device` finished its queued work (CUDA runs asynchronously)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+    return time.perf_counter()
+
+
+def mean_acceptance_length(acceptance_lengths: Sequence[int]) -> float:
+    """tau: the mean number of tokens one verifying target forward commits (accepted drafts + 1 per step).
+
+    No steps gives 1.0: the prefill's one forward committed one token, as plain decoding does (and log tau, a
+    policy's regression target, stays finite)."""
+    return sum(acceptance_lengths) / len(acceptance_lengths) if acceptance_lengths else 1.0
+
+
+def tokens_per_second(new_tokens: int, seconds: float) -> float:
+    """New tokens over wall seconds; 0.0 when no time was measured."""
+    return new_tokens / seconds if seconds > 0 else 0.0
 
 
 @dataclass
@@ -43,9 +70,8 @@ class GenerationStats:
 
     @property
     def tau(self) -> float:
-        """Mean acceptance length: the average number of tokens one target forward commits."""
-        lengths = self.acceptance_lengths
-        return sum(lengths) / len(lengths) if lengths else 0.0
+        """Mean acceptance length (`mean_acceptance_length`; 1.0 without steps)."""
+        return mean_acceptance_length(self.acceptance_lengths)
 
     @property
     def draft_time(self) -> float:
@@ -57,7 +83,7 @@ class GenerationStats:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
+        return tokens_per_second(self.new_tokens, self.total_time)
 
     def to_dict(self) -> dict:
         out = asdict(self)

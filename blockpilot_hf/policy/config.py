@@ -6,9 +6,10 @@ head cannot run with, naming the field to fix.
 
 from __future__ import annotations
 
-import json
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+
+from ..jsonfile import from_dict, load_json, save_json
 
 CHOICE_RULES = ("throughput", "classifier")
 DEFAULT_SIZES = (1, 2, 4, 6, 8, 12, 16)
@@ -126,10 +127,10 @@ class BlockPolicyConfig:
 
     def __post_init__(self) -> None:
         if isinstance(self.features, dict):
-            self.features = FeatureSpec(**self.features)
+            self.features = from_dict(FeatureSpec, self.features)
         if isinstance(self.cost, dict):
-            self.cost = CostModel(**self.cost)
-        self.results = [MeasuredResult(**r) if isinstance(r, dict) else r for r in self.results]
+            self.cost = from_dict(CostModel, self.cost)
+        self.results = [from_dict(MeasuredResult, r) if isinstance(r, dict) else r for r in self.results]
         self.candidate_sizes = sorted({int(b) for b in self.candidate_sizes})
         if len(self.candidate_sizes) < 2 or self.candidate_sizes[0] < 1:
             raise ValueError(f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}.")
@@ -155,22 +156,9 @@ class BlockPolicyConfig:
         return asdict(self)
 
     def save(self, path: Path) -> None:
-        path.write_text(json.dumps(self.to_dict(), indent=2) + "\n", encoding="utf-8")
+        save_json(self, path)
 
     @classmethod
     def load(cls, path: Path) -> BlockPolicyConfig:
-        """Read a config.json written by `save`; unknown or missing keys give an error naming them."""
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as err:
-            raise ValueError(f"{path} is not valid JSON ({err}); the policy folder is corrupt.") from err
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - known)
-        if unknown:
-            raise ValueError(
-                f"{path} has unknown BlockPolicyConfig keys {unknown}: it is not a BlockPilot policy config."
-            )
-        try:
-            return cls(**data)
-        except TypeError as err:
-            raise ValueError(f"{path} is not a complete BlockPolicyConfig: {err}") from err
+        """Read a config.json written by `save`; damage, unknown or missing keys give the errors of `jsonfile`."""
+        return load_json(cls, path)

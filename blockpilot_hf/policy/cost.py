@@ -10,7 +10,6 @@ dtype under the blockpilot cache; a policy falls back to the cost model stored w
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import platform
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ..constants import CACHE_HOME
+from ..jsonfile import load_json, save_json
 from .config import CostModel
 
 logger = logging.getLogger(__name__)
@@ -41,7 +41,10 @@ def choose_size(taus: Sequence[float], sizes: Sequence[int], rule: str, cost: Co
 
 
 def cost_from_steps(steps_by_size: dict[int, list[float]], device: str, source: str) -> CostModel:
-    """A cost model from measured per-step seconds (draft + verify), the median per size (robust to noise)."""
+    """A cost model from measured per-step seconds (draft + verify), the median per size (robust to noise).
+
+    The one builder: calibration passes each step's time, collected records each prompt's mean step time
+    (`training.policy.collected.step_seconds_by_size`). Sizes without times are left out."""
     sizes = sorted(b for b, secs in steps_by_size.items() if secs)
     if not sizes:
         raise ValueError("No timed steps to build a cost model from.")
@@ -78,8 +81,8 @@ def load_calibration(target, drafter) -> CostModel | None:
     if not path.is_file():
         return None
     try:
-        return CostModel(**json.loads(path.read_text(encoding="utf-8")))
-    except (json.JSONDecodeError, TypeError, ValueError) as err:
+        return load_json(CostModel, path)
+    except ValueError as err:
         logger.warning("Ignoring damaged calibration %s (%s); rerun `blockpilot calibrate`.", path, err)
         return None
 
@@ -118,6 +121,6 @@ def calibrate(
     if save:
         path = calibration_path(target, drafter)
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(cost.__dict__, indent=2) + "\n", encoding="utf-8")
+        save_json(cost, path)
         logger.info("Saved calibration to %s", path)
     return cost

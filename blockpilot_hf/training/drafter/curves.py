@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from ...jsonl import read_rows
 
 
 def read_metrics(path: Path) -> list[dict]:
     """metrics.jsonl rows, keeping the last record of a step written twice (a run resumed from a checkpoint)."""
     by_step: dict[int, dict] = {}
-    for line in Path(path).read_text().splitlines():
-        row = json.loads(line)
+    for row in read_rows(Path(path)):
         by_step[row["step"]] = row
     return [by_step[s] for s in sorted(by_step)]
 
@@ -28,7 +28,8 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
         points = [(r["minutes"], r[key]) for r in rows if key in r]
         left.plot(*zip(*points, strict=True), marker="o", label=f"b={key.split('_b')[-1]}")
     left.set(xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out greedy answers")
-    left.legend()
+    if left.lines:  # no validation yet (a run stopped early)
+        left.legend()
     right.plot([r["tokens_seen"] for r in rows], [r["acc1"] for r in rows], alpha=0.4)
     right.set(xlabel="sequences seen", ylabel="first-position accuracy", title="training accuracy")
     fig.tight_layout()

@@ -20,13 +20,17 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
+from transformers import get_cosine_schedule_with_warmup
 
+from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
-from ...jsonl import read_rows
+from ...jsonl import JsonlWriter, read_rows
 from .blocks import build_blocks, decay_weights, sample_anchors
 from .target_features import FeatureCache
 
 logger = logging.getLogger(__name__)
+
+METRICS_NAME = "metrics.jsonl"
 
 
 @dataclass
@@ -188,7 +192,7 @@ def validation_tau(drafter, embed, lm_head, cache: FeatureCache, sequences: list
         while p < S - 1:
             lengths.append(int(matched[p]) + 1)
             p += int(matched[p]) + 1
-    return sum(lengths) / max(len(lengths), 1)
+    return mean_acceptance_length(lengths)
 
 
 def frequent_tokens(sequences: list[Sequence], n: int, vocab: int) -> torch.Tensor:
@@ -234,10 +238,8 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         vocab_map[keep] = torch.arange(len(keep))
     total_steps = max(1, math.ceil(cfg.epochs * len(train) / cfg.sequences_per_step))
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
-    warmup = max(1, int(cfg.warmup * total_steps))
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda s: min(1.0, (s + 1) / warmup) * 0.5 * (1 + math.cos(math.pi * min(1.0, s / total_steps)))
-    )
+    # Linear warmup, then cosine decay to 0; its state is checkpointed with the rest (accelerate `save_state`).
+    schedule = get_cosine_schedule_with_warmup(optimizer, max(1, int(cfg.warmup * total_steps)), total_steps)
     drafter, optimizer, schedule = accelerator.prepare(drafter, optimizer, schedule)
     state = _resume(accelerator, out)
     weights = decay_weights(cfg.block_size, cfg.gamma).to(accelerator.device)
@@ -247,6 +249,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     start_time, elapsed_before = time.time(), state["elapsed"]
     bar = tqdm(total=total_steps, initial=state["step"], desc="train-drafter", disable=not accelerator.is_main_process)
+    metrics = JsonlWriter(out / METRICS_NAME)  # steps redone after a resume are appended again; the last one wins
     while state["step"] < total_steps:
         step = state["step"]
         drafter.train()
@@ -286,8 +289,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:
-            with (out / "metrics.jsonl").open("a") as f:
-                f.write(json.dumps(record) + "\n")
+            metrics.append(record)
         out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
         if state["step"] % cfg.save_every == 0 or state["step"] == total_steps or out_of_time:
             state["elapsed"] = elapsed
@@ -303,7 +305,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             model.config.draft_vocab_ids = keep.tolist()
         model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
         (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-        write_training_card(model, final, cfg, train, out / "metrics.jsonl")
+        write_training_card(model, final, cfg, train, out / METRICS_NAME)
         model.to(torch.float32)
     return final
 

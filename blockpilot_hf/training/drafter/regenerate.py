@@ -8,7 +8,6 @@ already written, and a half-written last line (a crash) is ignored, so the job c
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
@@ -16,17 +15,18 @@ import torch
 from tqdm.auto import tqdm
 
 from ...data import chat_input_ids, load_prompts
-from ...jsonl import cut_torn_tail, read_rows
+from ...jsonl import JsonlWriter, read_rows
 
 
 def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
     """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`."""
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {row["id"] for row in read_rows(out)}
-    cut_torn_tail(out)
+    writer = JsonlWriter(out)
     todo = [p for p in prompts if p.id not in done]
     tokenizer.padding_side = "left"
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    eos = tokenizer.eos_token_id
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
     # Similar lengths in one batch waste less padding.
     for start in range(0, len(todo), batch_size):
@@ -46,15 +46,12 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
                 do_sample=False,
                 pad_token_id=pad,
             )[:, width:]
-        with out.open("a", encoding="utf-8") as f:
-            for prompt, ids, answer in zip(batch, encoded, generated.tolist(), strict=True):
-                answer = _cut_after_eos(answer, tokenizer.eos_token_id)
-                f.write(
-                    json.dumps(
-                        {"source": prompt.source, "id": prompt.id, "prompt_ids": ids.tolist(), "response_ids": answer}
-                    )
-                    + "\n"
-                )
+        writer.append(
+            *(
+                {"source": p.source, "id": p.id, "prompt_ids": ids.tolist(), "response_ids": _cut_after_eos(a, eos)}
+                for p, ids, a in zip(batch, encoded, generated.tolist(), strict=True)
+            )
+        )
         bar.update(len(batch))
     bar.close()
 

@@ -8,10 +8,14 @@ would say next; on the target's own greedy answers they equal the text itself.
 from __future__ import annotations
 
 import contextlib
+import logging
+import pickle
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
+
+logger = logging.getLogger(__name__)
 
 
 @torch.no_grad()
@@ -35,10 +39,11 @@ class FeatureCache:
     def get(self, key: str, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         path = self.root / f"{key.replace('/', '_')}.pt"
         if path.exists():
-            try:
-                return torch.load(path)
-            except (RuntimeError, EOFError):  # a file torn by an interrupted write: recompute it
-                path.unlink()
+            item = _load(path)
+            if item is not None:
+                return item
+            logger.warning("%s: unreadable feature cache file (an interrupted write?); recomputing it", path)
+            path.unlink()
         with self.autocast():
             features, predictions = target_pass(self.target, input_ids, self.layer_ids)
         item = (features.to(torch.float16), predictions)
@@ -46,3 +51,16 @@ class FeatureCache:
         torch.save(item, tmp)
         tmp.replace(path)
         return item
+
+
+def _load(path: Path) -> tuple[torch.Tensor, torch.Tensor] | None:
+    """The (features, predictions) pair in `path`, or None when the file is damaged or holds anything else.
+
+    `weights_only=True`: tensors only, so a cache file can never run code. A damaged file fails in many ways
+    (EOFError when empty, RuntimeError when a zip is torn, UnpicklingError or KeyError for other bytes)."""
+    try:
+        item = torch.load(path, weights_only=True)
+    except (RuntimeError, EOFError, KeyError, ValueError, pickle.UnpicklingError):
+        return None
+    ok = isinstance(item, tuple) and len(item) == 2 and all(isinstance(t, torch.Tensor) for t in item)
+    return item if ok else None

@@ -14,7 +14,6 @@ the prompts already in any shard.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,12 +21,12 @@ from pathlib import Path
 import torch
 
 from ...decoding.engine import Prefill
+from ...decoding.stats import device_clock
 from ...drafter import DFlashDrafter
 from ...generation import enable
-from ...jsonl import cut_torn_tail
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
-from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_path
+from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_writer
 
 logger = logging.getLogger(__name__)
 
@@ -78,10 +77,10 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
     """Plain greedy once, then one run per block size; every run is checked token for token against plain."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
     gen = dict(max_new_tokens=config.max_new_tokens, do_sample=False)
-    start = time.perf_counter()
+    start = device_clock(target.device)
     with torch.inference_mode():
         plain = target.generate(input_ids=input_ids, **gen)
-    plain_time = time.perf_counter() - start
+    plain_time = device_clock(target.device) - start
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     spec = spec_for(target, model, config.top_k)
     features: PrefillFeatures | None = None
@@ -179,8 +178,7 @@ def collect(
     state.wait_for_everyone()
     done = {r.prompt_id for r in read_records(out)[1]}
     todo = [item for item in items if item.prompt_id not in done]
-    shard = shard_path(out, state.process_index)
-    cut_torn_tail(shard)
+    shard = shard_writer(out, state.process_index)
     new: list[PromptRecord] = []
     with state.split_between_processes(todo) as mine:
         bar = tqdm(
@@ -191,8 +189,7 @@ def collect(
         )
         for item in bar:
             record = collect_prompt(target, drafter, item, config)
-            with shard.open("a", encoding="utf-8") as f:  # one line per prompt, flushed before the next starts
-                f.write(record.to_json() + "\n")
+            shard.append(record)  # one line per prompt, flushed before the next starts
             new.append(record)
             bar.set_postfix(tau_max=f"{max(r.tau for r in record.runs):.2f}")
     state.wait_for_everyone()

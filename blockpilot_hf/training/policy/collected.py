@@ -6,14 +6,13 @@ shard per process; each line is one finished prompt (`PromptRecord`) with its ru
 
 from __future__ import annotations
 
-import json
 import logging
-import statistics
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import dataclass, field, fields
 from pathlib import Path
 
-from ...jsonl import read_rows
-from ...policy.config import CostModel
+from ...decoding.stats import mean_acceptance_length, tokens_per_second
+from ...jsonfile import from_dict, load_json, save_json
+from ...jsonl import JsonlWriter, read_rows
 
 logger = logging.getLogger(__name__)
 
@@ -39,8 +38,7 @@ class SizeRun:
 
     @property
     def tau(self) -> float:
-        n = len(self.acceptance_lengths)
-        return sum(self.acceptance_lengths) / n if n else 1.0
+        return mean_acceptance_length(self.acceptance_lengths)
 
     @property
     def step_seconds(self) -> float:
@@ -50,7 +48,7 @@ class SizeRun:
 
     @property
     def tokens_per_second(self) -> float:
-        return self.new_tokens / self.total_time if self.total_time > 0 else 0.0
+        return tokens_per_second(self.new_tokens, self.total_time)
 
 
 @dataclass
@@ -74,18 +72,13 @@ class PromptRecord:
                 return r
         raise KeyError(f"prompt {self.prompt_id} has no run at block size {block_size}")
 
-    def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"))
-
     @classmethod
-    def from_row(cls, row: dict, where: str) -> PromptRecord:
-        try:
-            runs = [SizeRun(**r) for r in row["runs"]]
-            return cls(**{**row, "runs": runs})
-        except (KeyError, TypeError) as err:
-            raise ValueError(
-                f"{where} is not a collect record ({err}); the file is corrupt or from another tool."
-            ) from err
+    def from_row(cls, row: dict) -> PromptRecord:
+        """A record from its JSON row; a row of another kind raises ValueError naming what is wrong."""
+        runs = row.get("runs", [])
+        if not isinstance(runs, list):
+            raise ValueError(f"runs must be a list, got {type(runs).__name__}.")
+        return from_dict(cls, {**row, "runs": [from_dict(SizeRun, r) for r in runs]})
 
 
 @dataclass
@@ -105,19 +98,17 @@ class CollectMeta:
     temperature: float = 0.0
 
     def save(self, folder: Path) -> None:
-        (folder / META_NAME).write_text(json.dumps(asdict(self), indent=2) + "\n", encoding="utf-8")
+        save_json(self, folder / META_NAME)
 
     @classmethod
     def load(cls, folder: Path) -> CollectMeta:
+        """The settings of a collect folder; damage gives the errors of `jsonfile`."""
         path = folder / META_NAME
         if not path.is_file():
             raise FileNotFoundError(
                 f"{folder} is not a collect folder: it lacks {META_NAME} (run `blockpilot collect --out {folder}`)."
             )
-        try:
-            return cls(**json.loads(path.read_text(encoding="utf-8")))
-        except (json.JSONDecodeError, TypeError) as err:
-            raise ValueError(f"{path} is corrupt ({err}); delete the folder and collect again.") from err
+        return load_json(cls, path)
 
     def check_same(self, other: CollectMeta, folder: Path) -> None:
         """Refuse to append rows made with other settings to an existing folder."""
@@ -135,8 +126,7 @@ def read_records(folder: Path) -> tuple[CollectMeta, list[PromptRecord]]:
     meta = CollectMeta.load(folder)
     records: dict[str, PromptRecord] = {}
     for shard in sorted(folder.glob(SHARD_GLOB)):
-        for i, row in enumerate(read_rows(shard)):
-            record = PromptRecord.from_row(row, f"{shard} line {i + 1}")
+        for record in read_rows(shard, PromptRecord.from_row):
             if record.prompt_id in records:
                 logger.warning("%s: prompt %s appears twice; keeping the first", shard, record.prompt_id)
                 continue
@@ -144,14 +134,16 @@ def read_records(folder: Path) -> tuple[CollectMeta, list[PromptRecord]]:
     return meta, list(records.values())
 
 
-def cost_from_records(records: list[PromptRecord], device: str) -> CostModel:
-    """A cost model from the collected step times: per size, the median over prompts of seconds per step."""
+def shard_writer(folder: Path, process_index: int) -> JsonlWriter:
+    """Appends `PromptRecord`s to this process's shard, one flushed line each (see `jsonl` for the crash rule)."""
+    return JsonlWriter(shard_path(folder, process_index), PromptRecord.from_row)
+
+
+def step_seconds_by_size(records: list[PromptRecord]) -> dict[int, list[float]]:
+    """Per block size, each prompt's mean seconds per step there (what `policy.cost.cost_from_steps` takes)."""
     by_size: dict[int, list[float]] = {}
     for record in records:
         for run in record.runs:
             if run.acceptance_lengths:
                 by_size.setdefault(run.block_size, []).append(run.step_seconds)
-    sizes = sorted(by_size)
-    if not sizes:
-        raise ValueError("The collected records hold no timed steps.")
-    return CostModel(sizes, [statistics.median(by_size[b]) for b in sizes], device, "collected")
+    return by_size

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from ...policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
 from ...policy.config import CostModel
+from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures
 from ...policy.head import BlockPolicy
-from .collected import PromptRecord, cost_from_records, read_records
+from .collected import PromptRecord, read_records, step_seconds_by_size
 
 logger = logging.getLogger(__name__)
 
@@ -136,7 +137,7 @@ def evaluate_records(
     """Score every method on `records`, overall and per source. `cost` defaults to the records' own timings."""
     if not records:
         raise ValueError("No records to evaluate on.")
-    cost = cost or cost_from_records(records, "heldout")
+    cost = cost or cost_from_steps(step_seconds_by_size(records), "heldout", "collected")
     spec = policy.config.features
     features = [PrefillFeatures.from_list(r.features, spec) for r in records]
     choices = {name: [m.choose(f) for f in features] for name, m in methods_for(policy).items()}
@@ -160,22 +161,13 @@ def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: Evaluat
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    from ...bench.report import block_size_chart
+
     out.mkdir(parents=True, exist_ok=True)
     sizes = policy.config.candidate_sizes
     paths = [out / "best_sizes.png", out / "tau_vs_size.png", out / "predicted_vs_actual.png"]
 
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for offset, name in ((-0.2, "oracle"), (0.2, "blockpilot")):
-        counts = [report.choices[name].count(b) for b in sizes]
-        ax.bar([i + offset for i in range(len(sizes))], counts, width=0.4, label=name)
-    ax.set(
-        xticks=range(len(sizes)),
-        xticklabels=sizes,
-        xlabel="block size",
-        ylabel="prompts",
-        title="Chosen block sizes",
-    )
-    ax.legend()
+    fig = block_size_chart(plt, report.choices["oracle"], report.choices["blockpilot"], "prompts", sizes)
     fig.savefig(paths[0], dpi=100, bbox_inches="tight")
     plt.close(fig)
 

@@ -19,9 +19,10 @@ import torch
 
 from ...policy.baselines import best_fixed_size
 from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
+from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures, stack_features
 from ...policy.head import BlockPolicy
-from .collected import CollectMeta, PromptRecord, cost_from_records, read_records
+from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_size
 
 logger = logging.getLogger(__name__)
 
@@ -119,7 +120,7 @@ def fit_policy(
             raise ValueError(
                 f"prompt {r.prompt_id} lacks runs at sizes {sorted(missing)}; the collect folder is inconsistent."
             )
-    cost = cost or cost_from_records(records, meta.device)
+    cost = cost or cost_from_steps(step_seconds_by_size(records), meta.device, "collected")
     best = best_fixed_size([r.taus() for r in records], cost, config.choice)
     torch.manual_seed(config.seed)
     policy = BlockPolicy(policy_config(meta, config, cost, best))

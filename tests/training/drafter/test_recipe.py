@@ -106,3 +106,45 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_s
     # A rerun finds the finished checkpoint and does no more steps.
     train_drafter(cfg, Accelerator(cpu=True), target=target)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == steps
+
+
+def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
+    """Warmup then cosine decay to 0; a run stopped by `max_minutes` continues the schedule where it stopped
+    (its state is checkpointed), so the learning rates equal those of an uninterrupted run."""
+    from transformers import get_cosine_schedule_with_warmup
+
+    target = tiny_target(dtype=torch.float32)
+    data = _regen_file(tmp_path, target, n=4)
+    cfg = DrafterTrainingConfig(
+        data=[str(data)],
+        out=str(tmp_path / "run"),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        anchors_per_sequence=4,
+        epochs=6,
+        sequences_per_step=2,
+        warmup=0.25,
+        val_percent=0,
+        val_every=1000,
+        save_every=1000,
+        max_minutes=1e-9,  # stop (with a checkpoint) after the first step
+        mixed_precision="no",
+        save_dtype="float32",
+    )
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    metrics_path = tmp_path / "run" / "metrics.jsonl"
+    assert [json.loads(line)["step"] for line in metrics_path.read_text().splitlines()] == [1]
+    cfg.max_minutes = 0.0
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    lrs = [json.loads(line)["lr"] for line in metrics_path.read_text().splitlines()]
+    total = len(lrs)
+    assert total == 12  # 6 epochs x 4 sequences / 2 per step
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.lr)
+    schedule = get_cosine_schedule_with_warmup(optimizer, 3, total)
+    expected = []
+    for _ in range(total):
+        optimizer.step()
+        schedule.step()
+        expected.append(schedule.get_last_lr()[0])
+    assert lrs == pytest.approx(expected) and lrs[-1] == 0.0 and max(lrs) == pytest.approx(cfg.lr)

@@ -79,14 +79,39 @@ def test_damaged_collect_folders_give_clear_errors(task, tmp_path):
     with pytest.raises(ValueError, match=r"line 2 is not valid JSON .* the file is corrupt"):
         read_records(folder)
     shard.write_text(json.dumps({"prompt_id": "x", "runs": []}) + "\n")
-    with pytest.raises(ValueError, match="line 1 is not a collect record"):
+    with pytest.raises(ValueError, match=r"line 1 is not a valid row: not a complete PromptRecord: missing keys"):
+        read_records(folder)
+    shard.write_text(json.dumps({**json.loads(lines[0]), "runs": [{"block_size": 1}]}) + "\n")
+    with pytest.raises(ValueError, match=r"line 1 .* not a complete SizeRun: missing keys \['acceptance_lengths'"):
         read_records(folder)
     (folder / "collect.json").unlink()
     with pytest.raises(FileNotFoundError, match="lacks collect.json"):
         read_records(folder)
     (folder / "collect.json").write_text("{ nope")
-    with pytest.raises(ValueError, match="collect.json is corrupt"):
+    with pytest.raises(ValueError, match=r"collect.json is not valid JSON \(line 1, column 3"):
         read_records(folder)
+
+
+@pytest.mark.parametrize(
+    "last_line",
+    ['{"prompt_id": "syn/3/2", "sour\n', '{"prompt_id": "syn/3/2"}\n'],
+    ids=["not-json", "not-a-record"],
+)
+def test_resume_refuses_a_complete_but_damaged_last_line(tmp_path, last_line):
+    """A last line that ends in a newline is not a torn write: resuming must not append after it (which would bury
+    it mid-file and make the folder unreadable by train-policy), but refuse, naming the file and line."""
+    target, drafter = tiny_pair()
+    items = synthetic_items(2, seed=4)
+    collect(target, oracle_factory(drafter), items[:1], tmp_path, CONFIG, meta_drafter=drafter)
+    shard = shard_path(tmp_path, 0)
+    with shard.open("a") as f:
+        f.write(last_line)
+    before = shard.read_bytes()
+    with pytest.raises(ValueError, match=rf"{shard.name}: line 2 "):
+        read_records(tmp_path)
+    with pytest.raises(ValueError, match=rf"{shard.name}: line 2 "):
+        collect(target, oracle_factory(drafter), items, tmp_path, CONFIG, meta_drafter=drafter)
+    assert shard.read_bytes() == before  # nothing appended, nothing cut
 
 
 def test_resume_with_other_settings_is_refused(tmp_path):
