@@ -1,21 +1,25 @@
-"""The `blockpilot` command line. Each subcommand lives next to the code it runs and registers itself here.
+"""The `blockpilot` command line: every subcommand is a `Command` (config dataclasses + a run function) listed here.
 
-blockpilot demo | bench | collect | train-policy | evaluate-policy | calibrate | regenerate | train-drafter
+    blockpilot demo | bench | collect | train-policy | evaluate-policy | calibrate | regenerate | text-data |
+        train-drafter
+    accelerate launch -m blockpilot_hf.cli collect ...   # the same commands under a launcher
+
+Building the parser imports no torch: the command modules import it inside their run functions, so
+`blockpilot --help` answers at once.
 """
 
 from __future__ import annotations
 
 import argparse
-import importlib
 import logging
 
-# Modules that define `add_commands(subparsers)`; each parser sets `func(args)`.
-COMMAND_MODULES = (
-    "blockpilot_hf.demo",
-    "blockpilot_hf.bench.cli",
-    "blockpilot_hf.training.policy.cli",
-    "blockpilot_hf.training.drafter.cli",
-)
+from . import demo
+from .bench import cli as bench_cli
+from .cli_args import Command, add_command
+from .training.drafter import cli as drafter_cli
+from .training.policy import cli as policy_cli
+
+COMMANDS: tuple[Command, ...] = (*demo.COMMANDS, *bench_cli.COMMANDS, *policy_cli.COMMANDS, *drafter_cli.COMMANDS)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,15 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         prog="blockpilot", description="Lossless DFlash speculative decoding with BlockPilot."
     )
     parser.add_argument("-v", "--verbose", action="store_true", help="log at INFO level")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    for name in COMMAND_MODULES:
-        try:
-            module = importlib.import_module(name)
-        except ModuleNotFoundError as err:
-            if err.name != name:
-                raise
-            continue
-        module.add_commands(subparsers)
+    subparsers = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    for command in COMMANDS:
+        add_command(subparsers, command)
     return parser
 
 

@@ -16,3 +16,5 @@ CACHE_HOME = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "b
 ASSETS_DIR = Path(__file__).parent / "assets"
 EMBEDDED_DRAFTER_DIR = ASSETS_DIR / "smollm2-135m-dflash"
 EMBEDDED_POLICY_DIR = ASSETS_DIR / "smollm2-135m-blockpilot"
+# The name that selects a shipped asset wherever a drafter or policy is named (`--drafter embedded`).
+EMBEDDED = "embedded"

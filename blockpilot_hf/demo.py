@@ -11,19 +11,18 @@ token-for-token identical to plain greedy `generate`; then a summary. The runs a
 
 from __future__ import annotations
 
-import argparse
 import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .bench.config import BASELINE, BLOCKPILOT, BenchConfig, fixed_arm
-from .bench.metrics import ALL, ArmSummary, by_unit, speedup, summarize
-from .bench.runs import RunRecord
-from .cli_args import add_dataclass_arguments, dataclass_from_args
+from .cli_args import Command
 
-if TYPE_CHECKING:
+if TYPE_CHECKING:  # the bench modules import torch; `blockpilot --help` must not
     from .bench.harness import BenchModels
+    from .bench.metrics import ArmSummary
+    from .bench.runs import RunRecord
 
 DEMO_SOURCES = ("gsm8k", "humaneval", "mt-bench")
 
@@ -34,7 +33,7 @@ class DemoConfig:
 
     limit: int = field(default=4, metadata={"help": "prompts, taken in turn from GSM8K, HumanEval, GSM8K, MT-Bench"})
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt"})
-    json: str = field(default="", metadata={"help": "also write the numbers to this JSON file"})
+    json: str = field(default="", metadata={"help": "also write the numbers to this JSON file; unset = no file"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
 
     def __post_init__(self) -> None:
@@ -105,6 +104,8 @@ def demo_bench_config(models: BenchModels, config: DemoConfig) -> tuple[BenchCon
 
 def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
     """The row of one prompt from its baseline and speculative records."""
+    from .bench.metrics import by_unit, speedup
+
     arms = next(iter(by_unit(records).values()))
     run, base = arms[arm], arms[BASELINE]
     return DemoRow(
@@ -123,6 +124,7 @@ def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
 def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None) -> DemoResult:
     """Run the demo prompts through the harness, print a line per prompt as it finishes; return the rows."""
     from .bench.harness import run_benchmark
+    from .bench.metrics import ALL, summarize
 
     bench, arm = demo_bench_config(models, config)
     prompts = prompts if prompts is not None else demo_prompts(config.limit)
@@ -200,11 +202,10 @@ def load_demo_models() -> BenchModels:
     return BenchModels(target, tokenizer, drafter, policy)
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(config: DemoConfig) -> None:
     import torch
     from rich.console import Console
 
-    config = dataclass_from_args(DemoConfig, args)
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     console = Console()
@@ -219,8 +220,4 @@ def _run(args: argparse.Namespace) -> None:
         console.print(f"wrote {config.json}")
 
 
-def add_commands(subparsers) -> None:
-    """Register `blockpilot demo`."""
-    parser = subparsers.add_parser("demo", help="the embedded default on a few real prompts, next to plain generate")
-    add_dataclass_arguments(parser, DemoConfig)
-    parser.set_defaults(func=_run)
+COMMANDS = (Command("demo", "the embedded default on a few real prompts, next to plain generate", _run, (DemoConfig,)),)

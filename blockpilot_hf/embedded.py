@@ -11,7 +11,7 @@ import logging
 import os
 from pathlib import Path
 
-from .constants import CACHE_HOME, CONFIG_NAME, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
+from .constants import CACHE_HOME, CONFIG_NAME, EMBEDDED, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,18 @@ def require_embedded_drafter() -> None:
         )
 
 
+def resolve_drafter(name_or_path: str | os.PathLike) -> Path:
+    """The local folder of a drafter named on the command line: 'embedded' is the shipped one, anything else a
+    folder or a Hub id. Checks only the folder (a Hub id is fetched into the HF cache, a small download), so a
+    wrong path fails before any model is loaded."""
+    from .hub import resolve_folder
+
+    if str(name_or_path) == EMBEDDED:
+        require_embedded_drafter()
+        return EMBEDDED_DRAFTER_DIR
+    return resolve_folder(name_or_path, "DFlash drafter", (CONFIG_NAME,))
+
+
 def load_embedded(dtype=None):
     """Return (target, tokenizer, drafter, policy) of the embedded default, with the target `enable`d."""
     from .drafter import DFlashDrafter
@@ -104,7 +116,7 @@ def load_embedded(dtype=None):
     return enable(target), tokenizer, drafter, policy
 
 
-EMBEDDED_NAMES = ("smollm2", "embedded", SMOLLM2_ID)
+EMBEDDED_NAMES = ("smollm2", EMBEDDED, SMOLLM2_ID)
 
 
 def load_target(name_or_path: str = "smollm2", dtype=None):

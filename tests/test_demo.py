@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
+import torch
 
 from blockpilot_hf import demo
 from blockpilot_hf.cli import main
@@ -12,14 +13,18 @@ from blockpilot_hf.demo import DemoConfig, demo_prompts, run_demo
 from tests.bench.tiny import tiny_models, tiny_prompts
 
 
+@pytest.mark.usefixtures("private_cost_cache")  # no cached calibration: the policy chooses by tau alone
 def test_demo_reports_every_prompt_next_to_plain_generate():
     models = tiny_models()
+    with torch.no_grad():  # tau(2) ~= 2 and every other tau ~= 1, whatever the prompt: the policy must pick 2
+        sizes = models.policy.config.candidate_sizes
+        models.policy.mlp[-1].bias.copy_(torch.tensor([30.0 if b == 2 else -30.0 for b in sizes]))
     result = run_demo(models, DemoConfig(limit=3, max_new_tokens=8), prompts=tiny_prompts())
     assert result.arm == "blockpilot"
     assert [r.prompt_id for r in result.rows] == ["gsm8k/1", "HumanEval/1", "mt-bench/1"]  # first turns only
     for row in result.rows:
         assert row.identical and row.new_tokens == 8
-        assert row.block_size in models.policy.config.candidate_sizes and row.tau >= 1
+        assert row.block_size == 2 and 1 <= row.tau <= 2  # a size-2 block accepts at most 2 tokens per step
         assert row.speedup == pytest.approx(row.tokens_per_second / row.baseline_tokens_per_second)
     assert result.summary.identical == 1.0 and result.summary.runs == 3 and result.baseline.speedup == 1.0
 
@@ -56,10 +61,6 @@ def test_missing_assets_give_a_clear_error(monkeypatch, tmp_path):
 
 @pytest.mark.slow
 def test_demo_on_the_embedded_default_is_lossless():
-    from blockpilot_hf.constants import CONFIG_NAME, EMBEDDED_DRAFTER_DIR
-
-    if not (EMBEDDED_DRAFTER_DIR / CONFIG_NAME).is_file():
-        pytest.skip(f"the embedded drafter is not in this checkout yet: {EMBEDDED_DRAFTER_DIR}")
     result = run_demo(demo.load_demo_models(), DemoConfig(limit=2, max_new_tokens=24))
     assert [r.dataset for r in result.rows] == ["gsm8k", "humaneval"]
     assert all(r.identical for r in result.rows)

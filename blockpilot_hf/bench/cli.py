@@ -10,13 +10,13 @@ Rerunning with the same --out resumes: finished runs in raw.jsonl are kept, only
 
 from __future__ import annotations
 
-import argparse
 import shlex
 import sys
 from pathlib import Path
 
-from ..cli_args import add_dataclass_arguments, dataclass_from_args
-from .config import EMBEDDED, BenchConfig
+from ..cli_args import Command, checked
+from ..constants import EMBEDDED
+from .config import BenchConfig
 
 
 def resolve_device(name: str):
@@ -33,22 +33,16 @@ def load_models(config: BenchConfig):
     import torch
 
     from ..drafter import DFlashDrafter
-    from ..embedded import load_target, require_embedded_drafter
+    from ..embedded import load_target, resolve_drafter
     from ..generation import enable
     from .harness import BenchModels
 
+    drafter_path = resolve_drafter(config.drafter)  # a wrong path fails before the target loads
     dtype = getattr(torch, config.dtype)
     device = resolve_device(config.device)
     target, tokenizer = load_target(config.target, dtype)
     if config.attn_implementation:
         target.set_attn_implementation(config.attn_implementation)
-    if config.drafter == EMBEDDED:
-        from ..constants import EMBEDDED_DRAFTER_DIR
-
-        require_embedded_drafter()
-        drafter_path = EMBEDDED_DRAFTER_DIR
-    else:
-        drafter_path = config.drafter
     drafter = DFlashDrafter.from_pretrained(drafter_path, dtype=target.dtype)
     return BenchModels(
         enable(target.to(device)), tokenizer, drafter.to(device).eval(), load_policy(config.policy, device)
@@ -106,17 +100,14 @@ def run_bench(config: BenchConfig, models=None, command: str = ""):
     return report
 
 
-def _run(args: argparse.Namespace) -> None:
+def _run(config: BenchConfig) -> None:
+    from ..embedded import resolve_drafter
     from .report import MARKDOWN_NAME
 
-    config = dataclass_from_args(BenchConfig, args)
+    checked("--drafter", resolve_drafter, config.drafter)
     run_bench(config, command="blockpilot " + shlex.join(sys.argv[1:]))
     print((Path(config.out) / MARKDOWN_NAME).read_text(encoding="utf-8"))
     print(f"wrote {config.out}/: raw.jsonl, results.json, results.md, *.png")
 
 
-def add_commands(subparsers) -> None:
-    """Register `blockpilot bench`."""
-    parser = subparsers.add_parser("bench", help="benchmark every arm side by side: JSON, markdown tables, plots")
-    add_dataclass_arguments(parser, BenchConfig)
-    parser.set_defaults(func=_run)
+COMMANDS = (Command("bench", "benchmark every arm side by side: JSON, markdown tables, plots", _run, (BenchConfig,)),)

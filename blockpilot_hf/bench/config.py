@@ -7,6 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ..constants import EMBEDDED
+
 # Arms that run generate (in this order within a prompt) ...
 BASELINE = "baseline"  # plain `generate`
 PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
@@ -19,7 +21,6 @@ ORACLE = "oracle"  # per prompt, the fastest measured fixed size
 
 RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
-EMBEDDED = "embedded"
 
 
 def fixed_arm(size: int) -> str:

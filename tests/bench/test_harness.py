@@ -4,6 +4,7 @@ MT-Bench's second turn follows the baseline's answer, and a rerun resumes instea
 from __future__ import annotations
 
 import pytest
+import torch
 
 from blockpilot_hf.bench import harness
 from blockpilot_hf.bench.config import BenchConfig
@@ -36,7 +37,11 @@ def units(records):
     return out
 
 
+@pytest.mark.usefixtures("private_cost_cache")  # no cached calibration: the policy chooses by tau alone
 def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
+    sizes = models.policy.config.candidate_sizes
+    with torch.no_grad():  # tau(4) ~= 4 and every other tau ~= 1, whatever the prompt: the policy must pick 4
+        models.policy.mlp[-1].bias.copy_(torch.tensor([30.0 if b == 4 else -30.0 for b in sizes]))
     config = small_config()
     records = run_benchmark(models, config, tiny_prompts(), tiny_prompts()[:1], progress=False)
     by_unit = units(records)
@@ -54,7 +59,11 @@ def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
     assert all(r.new_tokens == 8 and r.total_time > 0 and 0 < r.ttft <= r.total_time for r in records)
     engine = [r for r in records if r.arm.startswith("fixed:") or r.arm == "blockpilot"]
     assert all(r.tau is not None and r.tau >= 1 for r in engine)
-    assert all(r.block_size in models.policy.config.candidate_sizes for r in records if r.arm == "blockpilot")
+    pilot = [r for r in records if r.arm == "blockpilot"]
+    assert len(pilot) == 8 and all(r.block_size == 4 for r in pilot)
+    for key, arms in evals.items():  # greedy at size 4 takes exactly the steps of the fixed:4 arm
+        if key[4] == 0.0:
+            assert arms["blockpilot"].tau == arms["fixed:4"].tau, key
     assert all(r.policy_time > 0 for r in records if r.arm == "blockpilot")
 
 

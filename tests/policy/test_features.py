@@ -7,6 +7,7 @@ from blockpilot_hf.decoding.engine import Prefill
 from blockpilot_hf.policy import (
     BlockPolicy,
     BlockPolicyConfig,
+    CostModel,
     FeatureSpec,
     PrefillFeatures,
     extract_features,
@@ -64,10 +65,33 @@ def test_head_size_does_not_grow_with_vocabulary():
     assert qwen.num_parameters() < 151936 * 2048 // 1000  # over 1000x smaller than a V -> 2048 first layer
 
 
-def test_policy_is_a_chooser_on_prefill():
-    policy = head_for(32, 2, 64).eval()
+def favour(policy: BlockPolicy, size: int) -> BlockPolicy:
+    """Bias the head's last layer so tau(size) ~= size and every other tau ~= 1 (whatever the features say)."""
+    last = policy.mlp[-1]
+    with torch.no_grad():
+        last.bias.copy_(torch.tensor([30.0 if b == size else -30.0 for b in policy.config.candidate_sizes]))
+    return policy
+
+
+@pytest.mark.parametrize("size", [2, 4, 8])
+def test_policy_is_a_chooser_on_prefill(size):
+    policy = favour(head_for(32, 2, 64).eval(), size)
     prefill = fake_prefill()
-    size = policy(prefill)
-    assert size in policy.config.candidate_sizes
+    assert policy(prefill) == size  # the size with the highest predicted tau (no cost model: tau alone)
     taus = policy.predict_tau(prefill)
-    assert taus[0] == 1.0 and all(1.0 <= t <= b for t, b in zip(taus, policy.config.candidate_sizes, strict=True))
+    expected = [float(b) if b == size else 1.0 for b in policy.config.candidate_sizes]
+    assert taus == pytest.approx(expected, abs=1e-6)
+
+
+def test_policy_choice_weighs_tau_against_cost():
+    policy = head_for(32, 2, 64).eval()
+    sizes = policy.config.candidate_sizes
+    with torch.no_grad():
+        policy.mlp[-1].bias.fill_(30.0)  # tau(b) ~= b for every size: the longest block has the highest tau
+    prefill = fake_prefill()
+    assert policy(prefill) == max(sizes)
+    # Steps that cost b^2 seconds: tau / cost ~= 1 / b, so plain decoding (size 1) has the best throughput ...
+    policy.use_cost_model(CostModel(sizes, [float(b * b) for b in sizes]))
+    assert policy(prefill) == 1
+    # ... while the paper's rule (highest tau) ignores the cost.
+    assert policy.choose(prefill, rule="classifier") == max(sizes)

@@ -70,13 +70,20 @@ def test_any_choice_is_token_identical_to_plain_greedy(pair, forced):
     assert out.blockpilot.block_size == forced and out.blockpilot.policy == "<lambda>"
 
 
-def test_baseline_chooser_in_generate(pair):
+# EntropyPolicy's thresholds, as offsets from the prompt's prefill entropy H, and the size it must pick:
+# H <= low drafts the longest block, H >= high drafts none, 3/4 of the way from low to high 8 ** (1/4) ~= 1.7 -> 2.
+@pytest.mark.parametrize("low, high, expected", [(1, 2, 8), (-2, -1, 1), (-3, 1, 2)])
+def test_baseline_chooser_in_generate(pair, low, high, expected):
     target, drafter = pair
     ids = torch.tensor([synthetic_items(1, seed=3)[0].input_ids])
     plain = target.generate(input_ids=ids, max_new_tokens=NEW, do_sample=False)
-    out = run(target, drafter, ids, block_policy=EntropyPolicy([1, 2, 4, 8]))
+    with torch.no_grad():
+        logp = torch.log_softmax(target(ids).logits[0, -1].double(), -1)
+    entropy = -(logp.exp() * logp).sum().item()  # nats, as the policy measures it on the prefill
+    policy = EntropyPolicy([1, 2, 4, 8], low=entropy + low, high=entropy + high)
+    out = run(target, drafter, ids, block_policy=policy)
     assert torch.equal(out.sequences, plain) and out.blockpilot.policy == "entropy"
-    assert out.blockpilot.block_size in (1, 2, 4, 8)
+    assert out.blockpilot.block_size == expected
 
 
 @pytest.mark.parametrize(

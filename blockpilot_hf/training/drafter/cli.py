@@ -1,73 +1,71 @@
-"""`blockpilot regenerate` and `blockpilot train-drafter`."""
+"""The drafter commands of `blockpilot`: regenerate, text-data, train-drafter.
+
+    blockpilot regenerate --out runs/regen/answers.jsonl --sources gsm8k,humaneval --dtype bfloat16
+    blockpilot text-data --out runs/regen/text.jsonl
+    accelerate launch -m blockpilot_hf.cli train-drafter --data runs/regen/answers.jsonl --out runs/drafter
+
+Options come from the config dataclasses in `config.py`; torch loads only once a command runs.
+"""
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 
-from ...cli_args import add_dataclass_arguments, dataclass_from_args
-from .recipe import DrafterTrainingConfig
+from ...cli_args import Command, UsageError
+from .config import DrafterTrainingConfig, RegenerateConfig, TextDataConfig
 
 
-def add_commands(subparsers) -> None:
-    train = subparsers.add_parser("train-drafter", help="train a DFlash drafter for any causal LM target (accelerate)")
-    add_dataclass_arguments(train, DrafterTrainingConfig)
-    train.set_defaults(func=_train)
-
-    regen = subparsers.add_parser("regenerate", help="the target's own greedy answers to offline prompts (resumable)")
-    regen.add_argument("--target", default="smollm2")
-    regen.add_argument("--out", type=Path, required=True)
-    regen.add_argument("--sources", default="gsm8k,humaneval,aime,gpqa,stdlib,pydocs,fortunes")
-    regen.add_argument("--per-source", type=int, default=None)
-    regen.add_argument("--batch-size", type=int, default=16)
-    regen.add_argument("--max-new-tokens", type=int, default=256)
-    regen.add_argument("--dtype", default="float32", help="target dtype (bfloat16 is ~2x faster on AVX512-BF16 CPUs)")
-    regen.set_defaults(func=_regenerate)
-
-    text = subparsers.add_parser("text-data", help="offline text as extra drafter data, labelled by the target")
-    text.add_argument("--target", default="smollm2")
-    text.add_argument("--out", type=Path, required=True)
-    text.add_argument("--sources", default="gsm8k,stdlib,pydocs")
-    text.add_argument("--limit-per-source", type=int, default=None)
-    text.set_defaults(func=_text_data)
-
-
-def _train(args: argparse.Namespace) -> None:
+def run_train(config: DrafterTrainingConfig) -> None:
+    if not config.data:
+        raise UsageError("--data is required: JSONL files written by `blockpilot regenerate` (or text-data).")
+    missing = [path for path in config.data if not Path(path).is_file()]
+    if missing:
+        raise UsageError(f"--data: no such file: {', '.join(missing)}")
     from accelerate import Accelerator
 
     from .recipe import train_drafter
 
-    cfg = dataclass_from_args(DrafterTrainingConfig, args)
-    if not cfg.data:
-        raise SystemExit("train-drafter needs --data: JSONL files written by `blockpilot regenerate`.")
-    final = train_drafter(cfg, Accelerator(mixed_precision=cfg.mixed_precision))
+    final = train_drafter(config, Accelerator(mixed_precision=config.mixed_precision))
     print(f"drafter saved to {final}")
 
 
-def _regenerate(args: argparse.Namespace) -> None:
+def run_regenerate(config: RegenerateConfig) -> None:
     import torch
 
     from ...embedded import load_target
     from .regenerate import drafter_prompts, regenerate
 
-    model, tokenizer = load_target(args.target, getattr(torch, args.dtype))
-    regenerate(
-        model,
-        tokenizer,
-        drafter_prompts(args.sources.split(","), args.per_source),
-        args.out,
-        args.batch_size,
-        args.max_new_tokens,
-    )
+    model, tokenizer = load_target(config.target, getattr(torch, config.dtype))
+    prompts = drafter_prompts(config.sources, config.per_source)
+    regenerate(model, tokenizer, prompts, Path(config.out), config.batch_size, config.max_new_tokens)
 
 
-def _text_data(args: argparse.Namespace) -> None:
+def run_text_data(config: TextDataConfig) -> None:
     from ...embedded import load_target
     from .textdata import write_text_rows
 
-    _, tokenizer = load_target(args.target)
-    print(
-        write_text_rows(tokenizer, args.out, args.sources.split(","), args.limit_per_source),
-        "rows written to",
-        args.out,
-    )
+    _, tokenizer = load_target(config.target)
+    rows = write_text_rows(tokenizer, Path(config.out), config.sources, config.limit_per_source)
+    print(rows, "rows written to", config.out)
+
+
+COMMANDS = (
+    Command(
+        "regenerate",
+        "the target's own greedy answers to offline prompts (resumable)",
+        run_regenerate,
+        (RegenerateConfig,),
+    ),
+    Command(
+        "text-data",
+        "offline text as extra drafter data, labelled by the target",
+        run_text_data,
+        (TextDataConfig,),
+    ),
+    Command(
+        "train-drafter",
+        "train a DFlash drafter for any causal LM target (accelerate)",
+        run_train,
+        (DrafterTrainingConfig,),
+    ),
+)

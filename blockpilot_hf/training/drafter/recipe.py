@@ -14,7 +14,7 @@ import logging
 import math
 import time
 import zlib
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
@@ -26,59 +26,12 @@ from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
 from .blocks import build_blocks, decay_weights, sample_anchors
+from .config import DrafterTrainingConfig
 from .target_features import FeatureCache
 
 logger = logging.getLogger(__name__)
 
 METRICS_NAME = "metrics.jsonl"
-
-
-@dataclass
-class DrafterTrainingConfig:
-    """Every knob of the recipe; the CLI is generated from these fields and their help text."""
-
-    target: str = field(
-        default="smollm2", metadata={"help": "target: 'smollm2' (embedded) or a causal LM folder / Hub id"}
-    )
-    data: list[str] = field(
-        default_factory=list, metadata={"help": "regenerated JSONL files (prompt_ids, response_ids)"}
-    )
-    out: str = field(default="runs/drafter", metadata={"help": "output folder: checkpoints, metrics, final drafter"})
-    num_layers: int = field(default=2, metadata={"help": "drafter decoder layers"})
-    target_layer_ids: list[int] | None = field(
-        default=None, metadata={"help": "target layers read (default: 4 evenly spaced)"}
-    )
-    num_context_layers: int = field(
-        default=4, metadata={"help": "how many target layers to read when ids are not given"}
-    )
-    block_size: int = field(default=16, metadata={"help": "training block size"})
-    mask_token_id: int | None = field(
-        default=None, metadata={"help": "embedding row used as mask (default: an unused id)"}
-    )
-    anchors_per_sequence: int = field(default=64, metadata={"help": "anchored blocks sampled per sequence"})
-    gamma: float = field(default=7.0, metadata={"help": "loss decay over block positions"})
-    loss_vocab_size: int = field(
-        default=0, metadata={"help": "if > 0, softmax over the N most frequent response tokens only"}
-    )
-    lr: float = field(default=6e-4, metadata={"help": "AdamW peak learning rate"})
-    warmup: float = field(default=0.04, metadata={"help": "warmup fraction"})
-    epochs: float = field(default=6.0, metadata={"help": "passes over the training sequences"})
-    sequences_per_step: int = field(
-        default=4, metadata={"help": "sequences per optimizer step (gradient accumulation)"}
-    )
-    max_minutes: float = field(
-        default=0.0, metadata={"help": "stop (with a checkpoint) after this many minutes; 0 = no limit"}
-    )
-    val_percent: int = field(default=3, metadata={"help": "percent of sequences (by id hash) held out for validation"})
-    val_every: int = field(default=200, metadata={"help": "steps between validation tau measurements"})
-    val_sequences: int = field(default=24, metadata={"help": "validation sequences used per measurement"})
-    save_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
-    seed: int = field(default=0, metadata={"help": "random seed"})
-    save_dtype: str = field(default="bfloat16", metadata={"help": "dtype of the saved drafter weights"})
-    mixed_precision: str = field(
-        default="bf16",
-        metadata={"help": "accelerate mixed precision: no | bf16 | fp16 (bf16 also speeds up CPUs with AVX512-BF16)"},
-    )
 
 
 @dataclass

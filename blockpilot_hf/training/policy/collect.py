@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -27,25 +27,9 @@ from ...generation import enable
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
 from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_writer
+from .config import CollectConfig
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class CollectConfig:
-    """Settings of a collect run (the CLI flags are built from these fields)."""
-
-    block_sizes: list[int] = field(
-        default_factory=lambda: [1, 2, 4, 6, 8, 12, 16],
-        metadata={"help": "candidate block sizes; 1 is always added"},
-    )
-    max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt and block size"})
-    top_k: int = field(default=8, metadata={"help": "top-k log-probs among the logit features"})
-
-    def __post_init__(self) -> None:
-        self.block_sizes = sorted({1, *map(int, self.block_sizes)})
-        if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
-            raise ValueError("max_new_tokens and block sizes must be >= 1.")
 
 
 @dataclass

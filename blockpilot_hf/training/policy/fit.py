@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
@@ -23,29 +22,9 @@ from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures, stack_features
 from ...policy.head import BlockPolicy
 from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_size
+from .config import FitConfig
 
 logger = logging.getLogger(__name__)
-
-
-@dataclass
-class FitConfig:
-    """Settings of `train-policy` (the CLI flags are built from these fields)."""
-
-    heldout_fraction: float = field(default=0.2, metadata={"help": "share of prompts held out of training"})
-    epochs: int = field(default=300, metadata={"help": "full-batch Adam steps"})
-    lr: float = field(default=3e-3, metadata={"help": "Adam learning rate"})
-    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
-    projection_dim: int = field(default=32, metadata={"help": "shared projection width of each H-sized feature row"})
-    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
-    choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
-    name: str = field(default="blockpilot-policy", metadata={"help": "policy name (stats, card)"})
-    seed: int = field(default=0, metadata={"help": "initialisation seed"})
-
-    def __post_init__(self) -> None:
-        if not 0.0 <= self.heldout_fraction < 1.0:
-            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
-        if self.epochs < 1 or self.lr <= 0:
-            raise ValueError("epochs must be >= 1 and lr > 0.")
 
 
 def is_heldout(prompt_id: str, fraction: float) -> bool:

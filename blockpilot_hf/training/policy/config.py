@@ -1,0 +1,114 @@
+"""Configs of the policy pipeline: collect, train-policy, evaluate-policy and calibrate.
+
+Every default lives here once; the `blockpilot` options are built from these fields (`blockpilot_hf.cli_args`).
+This module imports no torch, so `blockpilot --help` stays fast.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from ...constants import EMBEDDED
+from ...data import SPLITS
+
+TARGET_HELP = "target: 'smollm2' (embedded), a causal LM folder or a Hub id"
+DRAFTER_HELP = "DFlash drafter folder or Hub id; 'embedded' = the shipped SmolLM2 drafter"
+
+
+@dataclass
+class CollectConfig:
+    """Settings of a collect run (the CLI flags are built from these fields)."""
+
+    block_sizes: list[int] = field(
+        default_factory=lambda: [1, 2, 4, 6, 8, 12, 16],
+        metadata={"help": "candidate block sizes; 1 is always added"},
+    )
+    max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt and block size"})
+    top_k: int = field(default=8, metadata={"help": "top-k log-probs among the logit features"})
+
+    def __post_init__(self) -> None:
+        self.block_sizes = sorted({1, *map(int, self.block_sizes)})
+        if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
+            raise ValueError("max_new_tokens and block sizes must be >= 1.")
+
+
+@dataclass(kw_only=True)
+class CollectJob:
+    """What `blockpilot collect` decodes (models, prompts) and where it writes; `CollectConfig` says how."""
+
+    target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
+    drafter: str = field(default=EMBEDDED, metadata={"help": DRAFTER_HELP})
+    prompts: str = field(
+        default="gsm8k:policy,humaneval:policy",
+        metadata={"help": "comma-separated source:split list (train on the policy split; split defaults to policy)"},
+    )
+    limit: int | None = field(default=None, metadata={"help": "at most this many prompts per source; unset = all"})
+    out: str = field(metadata={"help": "collect folder (resumable)"})
+
+    def __post_init__(self) -> None:
+        for part in self.prompts.split(","):
+            source, _, split = part.strip().partition(":")
+            split = split or "policy"
+            if source in SPLITS and split not in SPLITS[source]:
+                raise ValueError(f"--prompts: {source!r} has no {split!r} split; it has {sorted(SPLITS[source])}.")
+            if source not in SPLITS and not source.endswith(".jsonl"):
+                raise ValueError(f"--prompts: unknown source {source!r}; use one of {sorted(SPLITS)} or a .jsonl file.")
+        if self.limit is not None and self.limit < 1:
+            raise ValueError(f"--limit must be >= 1, got {self.limit}.")
+
+
+@dataclass
+class FitConfig:
+    """Settings of `train-policy` (the CLI flags are built from these fields)."""
+
+    heldout_fraction: float = field(default=0.2, metadata={"help": "share of prompts held out of training"})
+    epochs: int = field(default=300, metadata={"help": "full-batch Adam steps"})
+    lr: float = field(default=3e-3, metadata={"help": "Adam learning rate"})
+    weight_decay: float = field(default=1e-4, metadata={"help": "AdamW weight decay"})
+    projection_dim: int = field(default=32, metadata={"help": "shared projection width of each H-sized feature row"})
+    hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
+    choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
+    name: str = field(default="blockpilot-policy", metadata={"help": "policy name (stats, card)"})
+    seed: int = field(default=0, metadata={"help": "initialisation seed"})
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
+        if self.epochs < 1 or self.lr <= 0:
+            raise ValueError("epochs must be >= 1 and lr > 0.")
+
+
+@dataclass(kw_only=True)
+class TrainPolicyJob:
+    """Where `blockpilot train-policy` reads its records and writes the policy; `FitConfig` says how it fits."""
+
+    collect_dir: str = field(metadata={"help": "collect folder written by `blockpilot collect`"})
+    out: str = field(metadata={"help": "policy folder to write"})
+
+
+@dataclass(kw_only=True)
+class EvaluatePolicyConfig:
+    """What `blockpilot evaluate-policy` scores, on which held-out records."""
+
+    policy_dir: str = field(metadata={"help": "policy folder or Hub id"})
+    collect_dir: str = field(metadata={"help": "collect folder of held-out prompts (e.g. the eval split)"})
+    plots: str | None = field(default=None, metadata={"help": "folder for PNG plots; unset = no plots"})
+
+
+@dataclass(kw_only=True)
+class CalibrateConfig:
+    """What `blockpilot calibrate` times: the step cost of a target + drafter pair at each block size."""
+
+    target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
+    drafter: str = field(default=EMBEDDED, metadata={"help": DRAFTER_HELP})
+    block_sizes: list[int] = field(
+        default_factory=lambda: CollectConfig().block_sizes, metadata={"help": "block sizes to time"}
+    )
+    steps: int = field(default=6, metadata={"help": "timed steps per size"})
+
+    def __post_init__(self) -> None:
+        self.block_sizes = sorted({int(b) for b in self.block_sizes})
+        if not self.block_sizes or self.block_sizes[0] < 1:
+            raise ValueError(f"--block-sizes must be >= 1, got {self.block_sizes}.")
+        if self.steps < 1:
+            raise ValueError(f"--steps must be >= 1, got {self.steps}.")
