@@ -115,9 +115,15 @@ def token_text(token_id: int) -> str:
     return chr(33 + token_id) if token_id < 94 else chr(161 + token_id - 94)
 
 
+# A chat template that only concatenates turns: enough to build prompts from turns and earlier answers.
+TINY_CHAT_TEMPLATE = (
+    "{% for m in messages %}{{ m['role'][0] }}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}a{% endif %}"
+)
+
+
 def tiny_tokenizer(vocab: int = VOCAB):
-    """A character-level `PreTrainedTokenizerFast` over the tiny vocabulary (for stop strings and text streamers).
-    Single characters with no separators let transformers' `StopStringCriteria` read every token's exact text."""
+    """A character-level `PreTrainedTokenizerFast` over the tiny vocabulary (for stop strings, text streamers and
+    chats). Single characters with no separators let transformers' `StopStringCriteria` read every token's text."""
     from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
 
@@ -125,7 +131,9 @@ def tiny_tokenizer(vocab: int = VOCAB):
     backend = Tokenizer(models.WordLevel(vocab=chars, unk_token=token_text(0)))
     backend.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
     backend.decoder = decoders.Fuse()
-    return PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=token_text(0), unk_token=token_text(0))
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=token_text(0), unk_token=token_text(0))
+    tokenizer.chat_template = TINY_CHAT_TEMPLATE
+    return tokenizer
 
 
 # --- an oracle drafter ---------------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ SPLITS: dict[str, dict[str, tuple[int, int | None, int]]] = {
     "gpqa": {"drafter": (0, None, 1)},
     "pydocs": {"drafter": (0, None, 1)},
     "stdlib": {"drafter": (0, None, 1)},
+    "stdlib-code": {"drafter": (0, None, 1)},
     "fortunes": {"drafter": (0, None, 1)},
 }
 
@@ -155,6 +156,26 @@ def _stdlib() -> list[Prompt]:
     ]
 
 
+def _stdlib_code() -> list[Prompt]:
+    """Code-writing requests in HumanEval's format: a standard-library function's signature and docstring."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    stubs = []
+    for path in sorted(root.glob("*.py")):
+        try:
+            text = path.read_text(encoding="utf-8")
+            tree = ast.parse(text)
+        except (SyntaxError, UnicodeDecodeError):
+            continue
+        lines = text.splitlines()
+        for node in tree.body:
+            doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
+            if doc and len(doc) >= 40 and not node.name.startswith("_") and 4 <= node.end_lineno - node.lineno <= 40:
+                docstring = node.body[0]
+                stubs.append("\n".join(lines[node.lineno - 1 : docstring.end_lineno]))
+    random.Random(0).shuffle(stubs)
+    return [Prompt("stdlib-code", f"stdlib-code/{i}", (HUMANEVAL_PREFIX + s + "\n```",)) for i, s in enumerate(stubs)]
+
+
 def _fortunes() -> list[Prompt]:
     root = Path("/usr/share/games/fortunes")
     if not root.is_dir():
@@ -183,6 +204,7 @@ DATASETS: dict[str, Callable[[], list[Prompt]]] = {
     "gpqa": _gpqa,
     "pydocs": _pydocs,
     "stdlib": _stdlib,
+    "stdlib-code": _stdlib_code,
     "fortunes": _fortunes,
 }
 

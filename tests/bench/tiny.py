@@ -9,18 +9,11 @@ from blockpilot_hf.policy import BlockPolicy, BlockPolicyConfig
 from blockpilot_hf.policy.config import FeatureSpec
 from blockpilot_hf.testing_utils import HIDDEN, tiny_drafter, tiny_target, tiny_tokenizer
 
-# The chat template only concatenates turns: enough to build prompts from `Prompt.turns` and earlier answers.
-CHAT_TEMPLATE = (
-    "{% for m in messages %}{{ m['role'][0] }}{{ m['content'] }}{% endfor %}{% if add_generation_prompt %}a{% endif %}"
-)
-
-
 def tiny_models(with_policy: bool = True) -> BenchModels:
     """An enabled tiny target (float64), a random drafter (training block size 8), a random policy."""
     target = tiny_target()
     drafter = tiny_drafter(target, block_size=8)
     tokenizer = tiny_tokenizer()
-    tokenizer.chat_template = CHAT_TEMPLATE
     policy = None
     if with_policy:
         ids = list(drafter.config.target_layer_ids)

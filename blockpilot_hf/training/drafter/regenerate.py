@@ -19,41 +19,56 @@ from ...jsonl import JsonlWriter, read_rows
 
 
 def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
-    """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`."""
+    """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`.
+
+    A prompt with several turns gives one row per turn: turn t is asked after the target's own answers to the
+    turns before it (as MT-Bench does), and its row id gets a `/turn<t>` suffix from the second turn on.
+    """
     out.parent.mkdir(parents=True, exist_ok=True)
     done = {row["id"] for row in read_rows(out)}
     writer = JsonlWriter(out)
     todo = [p for p in prompts if p.id not in done]
     tokenizer.padding_side = "left"
-    eos = tokenizer.eos_token_id
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos
     bar = tqdm(total=len(todo), desc="regenerate", unit="prompt")
-    # Similar lengths in one batch waste less padding.
     for start in range(0, len(todo), batch_size):
         batch = todo[start : start + batch_size]
-        encoded = [chat_input_ids(tokenizer, p.turns[:1])[0] for p in batch]
-        width = max(len(e) for e in encoded)
-        input_ids = torch.full((len(batch), width), pad)
-        attention_mask = torch.zeros((len(batch), width), dtype=torch.long)
-        for row, ids in enumerate(encoded):
-            input_ids[row, width - len(ids) :] = ids
-            attention_mask[row, width - len(ids) :] = 1
-        with torch.inference_mode():
-            generated = model.generate(
-                input_ids=input_ids,
-                attention_mask=attention_mask,
-                max_new_tokens=max_new_tokens,
-                do_sample=False,
-                pad_token_id=pad,
-            )[:, width:]
-        writer.append(
-            *(
-                {"source": p.source, "id": p.id, "prompt_ids": ids.tolist(), "response_ids": _cut_after_eos(a, eos)}
-                for p, ids, a in zip(batch, encoded, generated.tolist(), strict=True)
-            )
-        )
+        answers: list[list[str]] = [[] for _ in batch]
+        rows = []
+        for turn in range(max(len(p.turns) for p in batch)):
+            asked = [i for i, p in enumerate(batch) if turn < len(p.turns)]
+            encoded = [chat_input_ids(tokenizer, batch[i].turns[: turn + 1], answers[i])[0] for i in asked]
+            for i, ids, response in zip(
+                asked, encoded, greedy_batch(model, tokenizer, encoded, max_new_tokens), strict=True
+            ):
+                answers[i].append(tokenizer.decode(response, skip_special_tokens=True))
+                row_id = batch[i].id if turn == 0 else f"{batch[i].id}/turn{turn + 1}"
+                rows.append(
+                    {"source": batch[i].source, "id": row_id, "prompt_ids": ids.tolist(), "response_ids": response}
+                )
+        writer.append(*rows)
         bar.update(len(batch))
     bar.close()
+
+
+@torch.inference_mode()
+def greedy_batch(model, tokenizer, encoded: list[torch.Tensor], max_new_tokens: int) -> list[list[int]]:
+    """The target's greedy answers (each cut after its EOS) to token-id prompts, left-padded into one batch."""
+    inputs = left_padded(tokenizer, encoded)
+    generated = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    eos = tokenizer.eos_token_id
+    return [_cut_after_eos(answer, eos) for answer in generated[:, inputs["input_ids"].shape[1] :].tolist()]
+
+
+def left_padded(tokenizer, encoded: list[torch.Tensor]) -> dict[str, torch.Tensor]:
+    """`input_ids`, `attention_mask` (B, T_max) and `pad_token_id` for prompts of different lengths."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(e) for e in encoded)
+    input_ids = torch.full((len(encoded), width), pad)
+    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    for row, ids in enumerate(encoded):
+        input_ids[row, width - len(ids) :] = ids
+        attention_mask[row, width - len(ids) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "pad_token_id": pad}
 
 
 def _cut_after_eos(ids: list[int], eos: int) -> list[int]:
