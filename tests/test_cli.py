@@ -25,6 +25,7 @@ NAMES = [
     "evaluate-policy",
     "calibrate",
     "regenerate",
+    "self-instruct",
     "text-data",
     "train-drafter",
 ]
@@ -84,6 +85,7 @@ def test_every_option_has_help_and_shows_its_default_once(name, capsys):
         (["regenerate", "--out", "r.jsonl", "--dtype", "float8"], "--dtype must be one of float32, bfloat16"),
         (["regenerate", "--out", "r.jsonl", "--sources", "gsm8k,nosuch"], "--sources: nosuch cannot be used"),
         (["text-data", "--out", "t.jsonl", "--limit-per-source", "0"], "--limit-per-source must be >= 1"),
+        (["self-instruct", "--out", "s.jsonl", "--two-turn-share", "2"], "--two-turn-share must be in [0, 1]"),
         (["train-drafter", "--mixed-precision", "fp8"], "mixed_precision must be no, bf16 or fp16"),
         (["train-drafter"], "--data is required"),
         (["nosuch"], "invalid choice: 'nosuch'"),
@@ -102,22 +104,13 @@ def test_a_bad_argument_is_a_one_line_usage_error(argv, message, capsys):
     assert lines[-1].startswith(f"{prog}: error: ") and message in lines[-1], lines[-1]
 
 
-def test_the_regenerate_command_line_of_the_background_job_parses():
-    argv = shlex.split(
-        "regenerate --out runs/regen/phase1.jsonl --sources gsm8k,humaneval,aime,gpqa --batch-size 48 "
-        "--max-new-tokens 384 --dtype bfloat16"
-    )
+def test_regenerate_takes_prompt_files_as_sources(tmp_path):
+    prompts = tmp_path / "mine.jsonl"
+    prompts.write_text('{"id": "a", "turns": ["hi", "and then?"]}\n')
+    argv = shlex.split(f"regenerate --out r.jsonl --sources gsm8k,{prompts} --batch-size 48 --dtype bfloat16")
     command = next(c for c in COMMANDS if c.name == "regenerate")
     (config,) = configs_from_args(command, build_parser().parse_args(argv))
-    assert config == RegenerateConfig(
-        target="smollm2",
-        out="runs/regen/phase1.jsonl",
-        sources=["gsm8k", "humaneval", "aime", "gpqa"],
-        per_source=None,
-        batch_size=48,
-        max_new_tokens=384,
-        dtype="bfloat16",
-    )
+    assert config == RegenerateConfig(out="r.jsonl", sources=["gsm8k", str(prompts)], batch_size=48, dtype="bfloat16")
 
 
 def documented_command_lines() -> list[str]:

@@ -1,6 +1,7 @@
 """The drafter commands of `blockpilot`: regenerate, text-data, train-drafter.
 
-    blockpilot regenerate --out runs/regen/answers.jsonl --sources gsm8k,humaneval --dtype bfloat16
+    blockpilot self-instruct --out runs/regen/self-instruct.jsonl --per-category 200
+    blockpilot regenerate --out runs/regen/answers.jsonl --sources gsm8k,humaneval,runs/regen/self-instruct.jsonl
     blockpilot text-data --out runs/regen/text.jsonl
     accelerate launch -m blockpilot_hf.cli train-drafter --data runs/regen/answers.jsonl --out runs/drafter
 
@@ -12,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ...cli_args import Command, UsageError
-from .config import DrafterTrainingConfig, RegenerateConfig, TextDataConfig
+from .config import DrafterTrainingConfig, RegenerateConfig, SelfInstructConfig, TextDataConfig
 
 
 def run_train(config: DrafterTrainingConfig) -> None:
@@ -40,6 +41,20 @@ def run_regenerate(config: RegenerateConfig) -> None:
     regenerate(model, tokenizer, prompts, Path(config.out), config.batch_size, config.max_new_tokens)
 
 
+def run_self_instruct(config: SelfInstructConfig) -> None:
+    import torch
+
+    from ...embedded import load_target
+    from .selfinstruct import write_self_instruct
+
+    model, tokenizer = load_target(config.target, getattr(torch, config.dtype))
+    tokenizer.padding_side = "left"
+    added = write_self_instruct(
+        model, tokenizer, Path(config.out), config.per_category, config.batch_size, config.two_turn_share, config.seed
+    )
+    print(added, "prompts added to", config.out)
+
+
 def run_text_data(config: TextDataConfig) -> None:
     from ...embedded import load_target
     from .textdata import write_text_rows
@@ -55,6 +70,12 @@ COMMANDS = (
         "the target's own greedy answers to offline prompts (resumable)",
         run_regenerate,
         (RegenerateConfig,),
+    ),
+    Command(
+        "self-instruct",
+        "chat prompts and follow-up turns written by the target itself (resumable)",
+        run_self_instruct,
+        (SelfInstructConfig,),
     ),
     Command(
         "text-data",

@@ -7,6 +7,7 @@ This module imports no torch, so `blockpilot --help` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from ...data import DATASETS, SPLITS
 
@@ -17,9 +18,12 @@ DTYPES = ("float32", "bfloat16", "float16")
 def _check_sources(sources: list[str], allowed, what: str) -> None:
     if not sources:
         raise ValueError("--sources is empty: name at least one source.")
-    unknown = [s for s in sources if s not in allowed]
+    unknown = [s for s in sources if s not in allowed and not (s.endswith(".jsonl") and Path(s).is_file())]
     if unknown:
-        raise ValueError(f"--sources: {', '.join(unknown)} cannot be used for {what}; choose from {sorted(allowed)}.")
+        raise ValueError(
+            f"--sources: {', '.join(unknown)} cannot be used for {what}; choose from {sorted(allowed)} "
+            "or give an existing prompt .jsonl file."
+        )
 
 
 @dataclass(kw_only=True)
@@ -30,7 +34,9 @@ class RegenerateConfig:
     out: str = field(metadata={"help": "JSONL file to append to (resumable: ids already in it are skipped)"})
     sources: list[str] = field(
         default_factory=lambda: ["gsm8k", "humaneval", "aime", "gpqa", "stdlib", "pydocs", "fortunes"],
-        metadata={"help": "prompt sources, each with a drafter split"},
+        metadata={
+            "help": "prompt sources, each with a drafter split, or prompt .jsonl files (e.g. from self-instruct)"
+        },
     )
     per_source: int | None = field(default=None, metadata={"help": "at most this many prompts per source; unset = all"})
     batch_size: int = field(default=16, metadata={"help": "prompts generated together"})
@@ -47,6 +53,28 @@ class RegenerateConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.per_source is not None and self.per_source < 1:
             raise ValueError(f"--per-source must be >= 1, got {self.per_source}.")
+        if self.dtype not in DTYPES:
+            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+
+
+@dataclass(kw_only=True)
+class SelfInstructConfig:
+    """`blockpilot self-instruct`: chat prompts (and follow-up turns) written by the target itself."""
+
+    target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
+    out: str = field(metadata={"help": "prompt JSONL file to append to (resumable by id); answer it with regenerate"})
+    per_category: int = field(default=200, metadata={"help": "requests asked for per MT-Bench category"})
+    two_turn_share: float = field(default=0.5, metadata={"help": "share of requests that get a follow-up turn"})
+    batch_size: int = field(default=32, metadata={"help": "requests written together"})
+    seed: int = field(default=0, metadata={"help": "random seed (topics, forms, sampling)"})
+    dtype: str = field(default="bfloat16", metadata={"help": "target dtype: float32, bfloat16, float16"})
+
+    def __post_init__(self) -> None:
+        for name in ("per_category", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+        if not 0.0 <= self.two_turn_share <= 1.0:
+            raise ValueError(f"--two-turn-share must be in [0, 1], got {self.two_turn_share}.")
         if self.dtype not in DTYPES:
             raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
 

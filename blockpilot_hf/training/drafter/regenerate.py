@@ -76,12 +76,11 @@ def _cut_after_eos(ids: list[int], eos: int) -> list[int]:
 
 
 def drafter_prompts(sources: list[str], per_source: int | None, seed: int = 0):
-    """The drafter split of each source; the first source comes first, the others are shuffled together."""
-    first, rest = load_prompts(sources[0], "drafter", per_source), []
-    for source in sources[1:]:
-        rest += load_prompts(source, "drafter", per_source)
-    random.Random(seed).shuffle(rest)
-    return first + rest
+    """The drafter split of each source (at most `per_source` each), shuffled together so that a job stopped
+    at any point has answered every source in proportion."""
+    prompts = [p for source in sources for p in load_prompts(source, "drafter", per_source)]
+    random.Random(seed).shuffle(prompts)
+    return prompts
 
 
 def main(argv: list[str] | None = None) -> None:
