@@ -7,6 +7,7 @@ generation-config merging, logits processors and stopping criteria are exactly t
 from __future__ import annotations
 
 import functools
+import logging
 from dataclasses import dataclass
 
 import torch
@@ -17,7 +18,9 @@ from .decoding.engine import speculative_generate
 from .decoding.stats import GenerationStats
 from .drafter import DFlashDrafter
 from .policy.resolve import resolve_block_policy
-from .validation import check_compatible, check_generation_config, strip_left_padding
+from .validation import check_compatible, check_generation_config, check_target_cache, strip_left_padding
+
+logger = logging.getLogger(__name__)
 
 _ENABLED = "_blockpilot_original_generate"
 
@@ -111,18 +114,24 @@ def dflash_decoding(
     drafter = blockpilot_drafter
     check_generation_config(generation_config, input_ids)
     check_compatible(model, drafter)
+    check_target_cache(model)
+    if drafter.dtype != model.dtype:
+        logger.info(
+            "Drafter in %s, target in %s: the drafter runs in its own dtype (inputs and outputs cast).",
+            drafter.dtype,
+            model.dtype,
+        )
     input_ids, padding = strip_left_padding(input_ids, model_kwargs.get("attention_mask"))
     if blockpilot_stop_strings:
         if blockpilot_tokenizer is None:
             raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
-    block, name = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
+    block = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
     sequences, stats = speculative_generate(
         model,
         drafter,
         input_ids,
         block_size=block,
-        policy_name=name,
         logits_processor=logits_processor,
         stopping_criteria=stopping_criteria,
         max_length=generation_config.max_length,

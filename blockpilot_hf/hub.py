@@ -5,12 +5,18 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from huggingface_hub import snapshot_download
-from huggingface_hub.errors import HFValidationError, LocalEntryNotFoundError, RepositoryNotFoundError
+from huggingface_hub import constants, snapshot_download
+from huggingface_hub.errors import (
+    HFValidationError,
+    LocalEntryNotFoundError,
+    OfflineModeIsEnabled,
+    RepositoryNotFoundError,
+)
 
 
 def is_offline() -> bool:
-    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"}
+    """Offline mode: HF_HUB_OFFLINE set now, or huggingface_hub's own flag (read when it was imported)."""
+    return os.environ.get("HF_HUB_OFFLINE", "0").lower() in {"1", "true", "yes", "on"} or constants.HF_HUB_OFFLINE
 
 
 def resolve_folder(
@@ -37,9 +43,18 @@ def _download(repo_id: str, what: str, revision: str | None) -> Path:
     try:
         return Path(snapshot_download(repo_id, revision=revision, local_files_only=is_offline()))
     except LocalEntryNotFoundError as err:
+        if is_offline() or isinstance(err.__cause__, OfflineModeIsEnabled):
+            raise OSError(
+                f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading "
+                f"it. Download it once with network access (`hf download {repo_id}`), or pass a local folder."
+            ) from err
+        # Online, yet huggingface_hub fell back to the cache: the Hub could not be reached (no network, proxy, DNS,
+        # timeout, Hub down). The cause is chained to its error.
+        cause = err.__cause__ or err
         raise OSError(
-            f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading it. "
-            f"Download it once with network access (`hf download {repo_id}`), or pass a local folder."
+            f"{what} {repo_id!r} could not be downloaded: the Hugging Face Hub could not be reached "
+            f"({type(cause).__name__}: {cause}), and it is not in the local cache. Check the network connection "
+            "(proxy, HF_ENDPOINT) and retry, or pass a local folder."
         ) from err
     except HFValidationError as err:
         raise FileNotFoundError(f"{what} {repo_id!r} is neither an existing folder nor a valid Hub repo id.") from err

@@ -1,6 +1,14 @@
-"""Checks that turn bad input into a specific error (what is wrong, what to do) instead of a wrong answer."""
+"""Checks that turn bad input into a specific error (what is wrong, what to do) instead of a wrong answer.
+
+Every compatibility check lives here: target + drafter (`check_compatible`), target cache (`check_target_cache`),
+policy + target + drafter (`check_policy_compatible`, `check_policy_sizes`), policy + collected records
+(`check_policy_fits_collection`), and the inputs of one `generate` call.
+"""
 
 from __future__ import annotations
+
+import warnings
+from pathlib import Path
 
 import torch
 
@@ -35,7 +43,8 @@ def check_compatible(target, drafter) -> None:
         raise ValueError(
             f"Drafter was made for a {cfg.num_target_layers}-layer target; this target has {depth} layers."
         )
-    if cfg.draft_vocab_ids is not None and not all(0 <= i < rows for i in cfg.draft_vocab_ids):
+    ids = drafter.draft_vocab_ids  # (D,) or None
+    if ids is not None and len(ids) and not (int(ids.min()) >= 0 and int(ids.max()) < rows):
         raise ValueError(
             f"Drafter draft_vocab_ids reach beyond the target's {rows} embedding rows: made for another target."
         )
@@ -45,6 +54,84 @@ def check_compatible(target, drafter) -> None:
         )
 
 
+def check_target_cache(target) -> None:
+    """Refuse a target whose cache cannot be rolled back to the committed prefix after a rejected draft.
+
+    Full and sliding-window attention keep one K/V entry per token, so cropping the rejected tokens is exact
+    (sliding-window layers record their past until each crop). Linear-attention / convolution states fold every
+    token into one state that cannot be un-applied, so a rejected draft would leak into later tokens."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    layer_types, _ = get_layer_types_and_kwargs(target.config.get_text_config(decoder=True))
+    stateful = sorted({t for t in layer_types if t in ("conv", "linear_attention", "hybrid", "hybrid_sliding")})
+    if stateful:
+        name = getattr(target.config, "name_or_path", "") or type(target).__name__
+        raise ValueError(
+            f"The target {name} has {', '.join(stateful)} layers, whose recurrent state cannot be rolled back after a rejected "
+            "draft, so DFlash speculative decoding cannot be lossless on it. Call generate without assistant_model."
+        )
+
+
+# ---- policy ------------------------------------------------------------------------------------------------------
+def check_policy_compatible(config, target, drafter) -> None:
+    """Refuse a target/drafter a policy head (`BlockPolicyConfig`) cannot read (hidden size, layer ids, vocabulary);
+    warn when it was trained for other checkpoints of the same shape."""
+    rows, hidden = target.get_input_embeddings().weight.shape
+    fix = "Use a policy trained for this target and drafter (or train one: `blockpilot collect` + `train-policy`)."
+    if hidden != config.hidden_size:
+        raise ValueError(
+            f"Policy {config.name!r} was made for hidden size {config.hidden_size}, the target has {hidden}. {fix}"
+        )
+    if list(drafter.config.target_layer_ids) != list(config.target_layer_ids):
+        raise ValueError(
+            f"Policy {config.name!r} reads target layers {config.target_layer_ids}, the drafter reads "
+            f"{list(drafter.config.target_layer_ids)}. {fix}"
+        )
+    if rows != config.vocab_size:
+        raise ValueError(
+            f"Policy {config.name!r} was made for a vocabulary of {config.vocab_size}, the target has {rows}. {fix}"
+        )
+    for what, recorded, actual in (
+        ("target", config.target_id, getattr(target.config, "name_or_path", "")),
+        ("drafter", config.drafter_id, getattr(drafter.config, "name_or_path", "")),
+    ):
+        # Compare the last path component: a Hub id "org/name" and a local copy ".../name" are the same model.
+        if recorded and actual and Path(str(recorded)).name != Path(str(actual)).name:
+            warnings.warn(
+                f"Policy {config.name!r} was trained for {what} {recorded!r} but runs with {actual!r}; shapes match, "
+                "so it runs, but its choices may be off. Retrain or recalibrate for best results.",
+                UserWarning,
+                stacklevel=3,
+            )
+
+
+def check_policy_sizes(config, drafter) -> None:
+    """Refuse a policy that can choose a block size this drafter refuses."""
+    for size in config.candidate_sizes:
+        try:
+            check_block_size(size, drafter)
+        except ValueError as err:
+            raise ValueError(
+                f"Policy {config.name!r} can choose block size {size}, which this drafter refuses: {err}"
+            ) from err
+
+
+def check_policy_fits_collection(config, meta, collect_dir) -> None:
+    """Refuse collected records (`CollectMeta`) of another target/drafter, or without runs at the policy's sizes."""
+    if meta.hidden_size != config.hidden_size or list(meta.target_layer_ids) != list(config.target_layer_ids):
+        raise ValueError(
+            f"{collect_dir} was collected for another target/drafter than policy {config.name!r} (hidden size "
+            f"{meta.hidden_size} vs {config.hidden_size}, target layers {meta.target_layer_ids} vs "
+            f"{config.target_layer_ids})."
+        )
+    missing = set(config.candidate_sizes) - set(meta.block_sizes)
+    if missing:
+        raise ValueError(
+            f"{collect_dir} has no runs at sizes {sorted(missing)} the policy can choose; collect with them."
+        )
+
+
+# ---- one generate call -------------------------------------------------------------------------------------------
 def max_block_size(drafter) -> int:
     return MAX_BLOCK_FACTOR * drafter.config.block_size
 
@@ -89,11 +176,22 @@ def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
 def strip_left_padding(
     input_ids: torch.Tensor, attention_mask: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Split a single row into (left padding, tokens); masked positions elsewhere are refused."""
+    """Split a single row (1, T) into (left padding (1, P), tokens (1, T - P)); masked positions elsewhere, an
+    all-zero mask and an empty prompt are refused."""
+    if input_ids.shape[1] == 0:
+        raise ValueError(
+            "The prompt is empty (input_ids of shape (1, 0)): DFlash decoding needs at least one prompt token to "
+            "draft from. Start the prompt with a token, e.g. the tokenizer's BOS token or a chat template."
+        )
     if attention_mask is None or bool(attention_mask.all()):
         return input_ids, input_ids[:, :0]
     keep = attention_mask[0].bool()
-    first = int(keep.nonzero()[0]) if keep.any() else input_ids.shape[1]
+    if not bool(keep.any()):
+        raise ValueError(
+            "attention_mask is all zeros: the prompt has no real token. Pass a mask with 1 for every prompt token "
+            "(or no attention_mask at all)."
+        )
+    first = int(keep.nonzero()[0])
     if not bool(keep[first:].all()):
         raise ValueError("attention_mask has zeros after the first real token; only left padding is supported.")
     return input_ids[:, first:], input_ids[:, :first]

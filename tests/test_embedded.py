@@ -26,7 +26,8 @@ def test_shipped_drafter_matches_smollm2_and_records_its_training_data():
     cfg = drafter.config
     assert (cfg.hidden_size, cfg.vocab_size, cfg.num_target_layers) == (576, 49152, 30)
     assert max(cfg.target_layer_ids) < 30 and cfg.mask_token_id == 16
-    assert len(cfg.draft_vocab_ids) == 8192 and 2 in cfg.draft_vocab_ids  # EOS (<|im_end|>) can be drafted
+    ids = drafter.draft_vocab_ids.tolist()
+    assert cfg.draft_vocab_size == len(ids) == 8192 and 2 in ids  # EOS (<|im_end|>) can be drafted
     trained_on = json.loads((EMBEDDED_DRAFTER_DIR / "trained_on.json").read_text())
     eval_ids = {f"gsm8k/{i}" for i in range(1119, 1319)} | {f"HumanEval/{i}" for i in range(110, 164)}
     trained = {i.removeprefix("text/") for i in trained_on["train_ids"]}

@@ -186,3 +186,56 @@ def test_hub_id_not_cached_while_offline(offline_hub_cache):  # noqa: F811
         OSError, match=r"'org/never-downloaded' is not in the local Hugging Face cache.*pass a local folder"
     ):
         DFlashDrafter.from_pretrained("org/never-downloaded")
+
+
+def test_empty_prompt(target, drafter):
+    with pytest.raises(ValueError, match=r"prompt is empty \(input_ids of shape \(1, 0\)\).*BOS token"):
+        generate(target, drafter, input_ids=torch.zeros((1, 0), dtype=torch.long))
+
+
+def test_all_zero_attention_mask(target, drafter):
+    with pytest.raises(ValueError, match=r"attention_mask is all zeros: the prompt has no real token"):
+        generate(target, drafter, attention_mask=torch.zeros((1, 5), dtype=torch.long))
+
+
+def test_hub_unreachable_while_online_names_the_connection_error(monkeypatch):
+    import huggingface_hub.constants
+    from huggingface_hub.errors import LocalEntryNotFoundError
+
+    import blockpilot_hf.hub
+
+    def unreachable(repo_id, **kwargs):  # what snapshot_download raises when the Hub cannot be reached
+        try:
+            raise ConnectionError("[Errno -3] Temporary failure in name resolution")
+        except ConnectionError as err:
+            raise LocalEntryNotFoundError("An error happened while trying to locate the files on the Hub") from err
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(blockpilot_hf.hub, "snapshot_download", unreachable)
+    with pytest.raises(
+        OSError, match=r"'org/drafter' could not be downloaded: the Hugging Face Hub could not be reached"
+    ) as info:
+        DFlashDrafter.from_pretrained("org/drafter")
+    assert "Temporary failure in name resolution" in str(info.value) and "HF_HUB_OFFLINE" not in str(info.value)
+
+
+def test_draft_vocabulary_beyond_the_target(target):
+    drafter = tiny_drafter(target)
+    drafter.set_draft_vocab([3, 500])
+    with pytest.raises(ValueError, match=r"draft_vocab_ids reach beyond the target's 96 embedding rows"):
+        generate(target, drafter)
+
+
+def test_policy_against_records_of_another_setup():
+    from types import SimpleNamespace
+
+    from blockpilot_hf.validation import check_policy_fits_collection
+
+    config = SimpleNamespace(name="p", hidden_size=32, target_layer_ids=[0, 3], candidate_sizes=[1, 2, 4])
+    meta = SimpleNamespace(hidden_size=32, target_layer_ids=[0, 3], block_sizes=[1, 2, 4, 8])
+    check_policy_fits_collection(config, meta, "runs/heldout")
+    with pytest.raises(ValueError, match=r"runs/heldout was collected for another target/drafter .*hidden size 64"):
+        check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "hidden_size": 64}), "runs/heldout")
+    with pytest.raises(ValueError, match=r"no runs at sizes \[4\] the policy can choose"):
+        check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "block_sizes": [1, 2]}), "runs/heldout")

@@ -12,11 +12,13 @@ same token as plain `generate`.
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+import warnings
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
+from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .stats import GenerationStats, StepRecord, device_clock
@@ -32,7 +34,15 @@ class Prefill:
     context: torch.Tensor  # (1, T, n*H) the drafter's context features of the prompt
 
 
-BlockChooser = Callable[[Prefill], int]
+@runtime_checkable
+class BlockChooser(Protocol):
+    """What `block_policy` becomes: picks one request's block size from its `Prefill`, and has a `name` for stats.
+
+    `BlockPolicy`, `FixedPolicy` and `EntropyPolicy` follow it; `policy.resolve` wraps a plain callable once."""
+
+    name: str
+
+    def __call__(self, prefill: Prefill) -> int: ...
 
 
 @dataclass
@@ -62,6 +72,17 @@ class _Sequence:
         return len(tokens)
 
 
+def _record_past(cache: DynamicCache) -> None:
+    """Let sliding-window layers keep what a verify block adds until the next crop, so a rejected draft can be cut.
+
+    A sliding-window layer normally drops everything older than its window at once; then `crop` cannot roll back
+    (transformers' own assisted decoding does the same, after the prefill so a long prompt is not all kept). The
+    attention mask still applies the window, so the output is that of the plain model. Full layers ignore it."""
+    for layer in cache.layers:
+        if isinstance(layer, DynamicSlidingWindowLayer):
+            layer.activate_past_recording()
+
+
 def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] | None, keep: int):
     """One target pass over `ids` (1, K) after `cache`; returns float32 logits (K', V) and the hidden states."""
     out = target(
@@ -82,7 +103,6 @@ def speculative_generate(
     do_sample: bool,
     draft_sampling: bool = False,
     streamer=None,
-    policy_name: str = "fixed",
     generator: torch.Generator | None = None,
     padding: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, GenerationStats]:
@@ -92,9 +112,10 @@ def speculative_generate(
     criteria and streamer see (so `min_new_tokens`, repetition penalty and `max_length` count it), but that the
     models never attend to; it is never fed to them here. `max_length` counts it too.
 
-    `block_size` is an int or a callable that picks one from the `Prefill` (BlockPilot). Block size 1 is
-    plain decoding with no drafter pass. `draft_sampling` samples drafts from the drafter and uses rejection
-    sampling; the default drafts argmax tokens and accepts them with the exact point-mass rule.
+    `block_size` is an int or a `BlockChooser` that picks one from the `Prefill` (BlockPilot); the stats record
+    the chooser's `name` (or "fixed:N"). Block size 1 is plain decoding with no drafter pass. `draft_sampling`
+    samples drafts from the drafter and uses rejection sampling; the default drafts argmax tokens and accepts them
+    with the exact point-mass rule.
     """
     device = input_ids.device
     start = device_clock(device)
@@ -112,10 +133,12 @@ def speculative_generate(
     logits, hidden = _target_forward(
         target, input_ids, target_cache, drafter.hidden_state_indices + [final_index], keep=1
     )
+    _record_past(target_cache)
     prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
     policy_start = time.perf_counter()
     chosen = block_size(prefill) if callable(block_size) else block_size
-    stats = GenerationStats(chosen, policy_name, input_ids.shape[1], policy_time=time.perf_counter() - policy_start)
+    name = block_size.name if callable(block_size) else f"fixed:{block_size}"
+    stats = GenerationStats(chosen, name, input_ids.shape[1], policy_time=time.perf_counter() - policy_start)
     context = prefill.context
     score = _scorer(logits_processor, seq)
     first = accept_point_mass([], lambda i, c: score(logits[0], c), do_sample, generator)
@@ -153,7 +176,7 @@ def speculative_generate(
         # 5. Commit (stopping criteria token by token), then crop the target cache to the committed prefix.
         accepted = len(committed) - 1
         kept = seq.commit(committed)
-        target_cache.crop(-(k - 1 - accepted))
+        target_cache.crop(-(len(drafts) - accepted))
         if k > 1:
             context = drafter.context_features(hidden)[:, : accepted + 1]
         stats.steps.append(StepRecord(k, accepted, kept, t1 - t0, t2 - t1))
@@ -180,12 +203,24 @@ def _scorer(logits_processor: LogitsProcessorList, seq: _Sequence):
 
 
 def _propose(draft_logits: torch.Tensor, score, sample: bool, generator) -> tuple[list[int], torch.Tensor | None]:
-    """Draft tokens from (k-1, V) logits: argmax (point-mass proposal), or samples with their processed q."""
+    """Draft tokens from (k-1, V) logits: argmax (point-mass proposal), or samples with their processed q (n, V).
+
+    A row whose q is not a distribution (NaN / inf logits of a broken drafter, or nothing left after the logits
+    processors) ends the drafts there: fewer drafts, so the step commits the target's own token at that position.
+    Greedy drafts need no such care: any argmax is just a token the target accepts or not."""
     if not sample:
         return draft_logits.argmax(dim=-1).tolist(), None
     drafts: list[int] = []
     q = torch.empty_like(draft_logits)
     for i in range(draft_logits.shape[0]):
         q[i] = torch.softmax(score(draft_logits[i], drafts), dim=-1)
+        if not bool(torch.isfinite(q[i]).all()):
+            warnings.warn(
+                "The drafter produced non-finite logits; its drafts from there on are dropped (output is unchanged, "
+                "only slower). Check the drafter's weights and dtype.",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            return drafts, q[:i]
         drafts.append(int(torch.multinomial(q[i], 1, generator=generator)))
     return drafts, q

@@ -30,9 +30,9 @@ def write_drafter_card(
         block_size=cfg.block_size,
         dtype=str(drafter.dtype).removeprefix("torch."),
         draft_vocab=(
-            f"the {len(cfg.draft_vocab_ids):,} most frequent response tokens of its training data (`draft_vocab_ids`); "
+            f"the {cfg.draft_vocab_size:,} most frequent response tokens of its training data (`draft_vocab_ids`); "
             "its head reads only those rows of the target's LM head"
-            if cfg.draft_vocab_ids
+            if cfg.draft_vocab_size
             else "the target's full vocabulary"
         ),
         repo_hint=str(folder),

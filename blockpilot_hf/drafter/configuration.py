@@ -7,6 +7,7 @@ from typing import Any
 from huggingface_hub.dataclasses import strict
 from transformers import Qwen3Config
 
+LEGACY_DRAFT_VOCAB_KEY = "draft_vocab_ids"  # config.json key of folders written before the ids moved to the weights
 DFLASH_FIELDS = ("block_size", "mask_token_id", "target_layer_ids", "num_target_layers", "input_embedding_scale")
 
 
@@ -35,8 +36,10 @@ class DFlashConfig(Qwen3Config):
     num_target_layers (`int`): depth of the target the drafter was made for (checked against the target).
     input_embedding_scale (`float`): multiplier applied to the block's input embeddings.
     target_model_id (`str`): Hub id or path of the target, recorded for model cards and mismatch warnings.
-    draft_vocab_ids (`list[int]`): if set, drafts only come from these token ids (frequency-ranked at training
-        time); the head then reads those rows of the target's LM head instead of all of them.
+    draft_vocab_size (`int`): if set, drafts only come from this many token ids (frequency-ranked at training
+        time), stored as the drafter's `draft_vocab_ids` buffer in model.safetensors; the head then reads those
+        rows of the target's LM head instead of all of them. Older folders list the ids in config.json as
+        `draft_vocab_ids`; they still load (the list moves into the buffer).
     """
 
     model_type = "dflash"
@@ -47,13 +50,23 @@ class DFlashConfig(Qwen3Config):
     num_target_layers: int | None = None
     input_embedding_scale: float = 1.0
     target_model_id: str | None = None
-    draft_vocab_ids: list[int] | None = None
+    draft_vocab_size: int | None = None
 
     def __post_init__(self, **kwargs):
         if self.target_layer_ids is None and self.num_target_layers is not None:
             self.target_layer_ids = default_target_layer_ids(self.num_target_layers, self.num_hidden_layers)
+        # The old format: the ids themselves in config.json. Kept aside (never saved) for the drafter to adopt.
+        legacy = kwargs.pop(LEGACY_DRAFT_VOCAB_KEY, None)
+        if legacy is not None:
+            self.draft_vocab_size = len(legacy)
         super().__post_init__(**kwargs)
+        self.legacy_draft_vocab_ids: list[int] | None = None if legacy is None else [int(i) for i in legacy]
         self.validate_dflash()
+
+    def to_dict(self) -> dict[str, Any]:
+        out = super().to_dict()
+        out.pop("legacy_draft_vocab_ids", None)
+        return out
 
     def validate_dflash(self) -> None:
         """Reject configurations a drafter cannot run with, naming the field to fix."""

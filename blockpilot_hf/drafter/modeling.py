@@ -6,6 +6,7 @@ Shapes: B batch, C new context positions, K block length, H hidden size, n numbe
 
 from __future__ import annotations
 
+import copy
 import json
 from collections.abc import Callable
 from pathlib import Path
@@ -27,7 +28,7 @@ from transformers.models.qwen3.modeling_qwen3 import (
 
 from ..constants import CONFIG_NAME
 from ..hub import resolve_folder
-from .configuration import DFlashConfig, is_zlab_config
+from .configuration import LEGACY_DRAFT_VOCAB_KEY, DFlashConfig, is_zlab_config
 
 
 def _rotate(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
@@ -147,7 +148,21 @@ class DFlashDrafter(DFlashPreTrainedModel):
         self.layers = nn.ModuleList([DFlashDecoderLayer(config, i) for i in range(config.num_hidden_layers)])
         self.norm = Qwen3RMSNorm(H, eps=config.rms_norm_eps)
         self.rotary_emb = Qwen3RotaryEmbedding(config)
+        # (D,) int64 token ids the drafter may draft, frequency-ranked; saved in model.safetensors (like EAGLE-3's
+        # d2t map). None: the full vocabulary (z-lab checkpoints).
+        size = config.draft_vocab_size
+        self.register_buffer("draft_vocab_ids", torch.zeros(size, dtype=torch.long) if size else None)
+        if config.legacy_draft_vocab_ids is not None:
+            self.set_draft_vocab(config.legacy_draft_vocab_ids)
         self.post_init()
+
+    def set_draft_vocab(self, ids: torch.Tensor | list[int] | None) -> None:
+        """Draft only from token `ids` (D,) from now on (None: the full vocabulary); saved with the weights."""
+        device = self.fc.weight.device
+        ids = None if ids is None else torch.as_tensor(ids, dtype=torch.long, device=device).flatten().clone()
+        self.draft_vocab_ids = ids
+        self.config.draft_vocab_size = None if ids is None else len(ids)
+        self.config.legacy_draft_vocab_ids = None
 
     @classmethod
     def from_pretrained(cls, pretrained_model_name_or_path, *model_args, **kwargs):
@@ -156,15 +171,22 @@ class DFlashDrafter(DFlashPreTrainedModel):
             pretrained_model_name_or_path, "DFlash drafter", (CONFIG_NAME,), kwargs.pop("revision", None)
         )
         config = kwargs.pop("config", None)
-        config = config if isinstance(config, DFlashConfig) else _load_config(folder)
+        config = copy.deepcopy(config) if isinstance(config, DFlashConfig) else _load_config(folder)
         kwargs.pop("trust_remote_code", None)
         want_info = kwargs.pop("output_loading_info", False)
+        # An older folder lists the draft vocabulary in config.json: load the weights without the buffer (it is
+        # not in the file), then adopt the list.
+        legacy, config.legacy_draft_vocab_ids = config.legacy_draft_vocab_ids, None
+        if legacy is not None:
+            config.draft_vocab_size = None
         try:
             model, info = super().from_pretrained(
                 folder, *model_args, config=config, output_loading_info=True, **kwargs
             )
         except (OSError, RuntimeError, ValueError, SafetensorError) as err:  # a truncated file raises the last
             raise OSError(f"Could not load DFlash drafter weights from {folder}: {err}") from err
+        if legacy is not None:
+            model.set_draft_vocab(legacy)
         if info["missing_keys"]:
             missing = sorted(info["missing_keys"])
             raise OSError(
@@ -172,6 +194,14 @@ class DFlashDrafter(DFlashPreTrainedModel):
                 "incomplete or was made for a different drafter configuration."
             )
         return (model, info) if want_info else model
+
+    def save_pretrained(self, save_directory, *args, **kwargs):
+        """Hugging Face `save_pretrained`; a `config.draft_vocab_ids` list set by older code moves into the weights."""
+        legacy = getattr(self.config, LEGACY_DRAFT_VOCAB_KEY, None)
+        if legacy is not None:
+            delattr(self.config, LEGACY_DRAFT_VOCAB_KEY)
+            self.set_draft_vocab(legacy)
+        return super().save_pretrained(save_directory, *args, **kwargs)
 
     def forward(
         self,
@@ -247,10 +277,12 @@ class DFlashDrafter(DFlashPreTrainedModel):
         """
         mask_ids = torch.full((1, block_size - 1), self.config.mask_token_id, dtype=anchor.dtype, device=anchor.device)
         noise_embeds = embed(torch.cat([anchor, mask_ids], dim=1))  # (1, K, H)
-        hidden = self(noise_embeds, context_hidden_states.to(self.dtype), cache=cache).last_hidden_state
+        # The drafter runs in its own dtype whatever the target's (a bf16 drafter for a float32 target): drafts
+        # only decide how many target tokens one verify pass confirms, never which.
+        hidden = self(noise_embeds.to(self.dtype), context_hidden_states.to(self.dtype), cache=cache).last_hidden_state
         cache.crop(-block_size)
         hidden = hidden[:, 1:].to(lm_head.weight.dtype)  # (1, K-1, H)
-        if self.config.draft_vocab_ids is None:
+        if self.draft_vocab_ids is None:
             return lm_head(hidden)
         # Only the drafter's vocabulary: reading the full head costs as much as a small target's forward on a CPU.
         ids, weight = self._draft_head(lm_head)
@@ -262,9 +294,12 @@ class DFlashDrafter(DFlashPreTrainedModel):
 
     def _draft_head(self, lm_head: nn.Module) -> tuple[torch.Tensor, torch.Tensor]:
         """Rows of the target's head for `draft_vocab_ids`, sliced once per head (a view would be re-read anyway)."""
-        key = (lm_head.weight.data_ptr(), lm_head.weight.dtype, lm_head.weight.device)
+        vocab = self.draft_vocab_ids
+        weight = lm_head.weight
+        # `_version` counts in-place writes: `load_state_dict` refills the same ids tensor.
+        key = (weight.data_ptr(), weight.dtype, weight.device, vocab.data_ptr(), vocab._version)
         if getattr(self, "_draft_head_key", None) != key:
-            ids = torch.tensor(self.config.draft_vocab_ids, device=lm_head.weight.device)
-            self._draft_head_cache = (ids, lm_head.weight.detach()[ids].contiguous())
+            ids = vocab.to(weight.device)
+            self._draft_head_cache = (ids, weight.detach()[ids].contiguous())
             self._draft_head_key = key
         return self._draft_head_cache

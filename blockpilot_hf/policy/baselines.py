@@ -1,4 +1,5 @@
-"""Baselines in the same interface as `BlockPolicy`: callable on a `Prefill`, and `choose(features)` offline.
+"""Baselines in the same interface as `BlockPolicy`: `BlockChooser`s (a `name`, callable on a `Prefill`) for
+`generate(block_policy=...)`, and `choose(features)` offline.
 
 - `FixedPolicy`: one size for every request (the drafter's training size, or the best fixed size on a dev set).
 - `best_fixed_size`: the size with the highest mean modelled throughput over dev prompts.

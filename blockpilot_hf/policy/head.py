@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import itertools
 import logging
-import warnings
 from pathlib import Path
 
 import torch
@@ -22,6 +21,7 @@ from torch import nn
 
 from ..constants import CARD_NAME, POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME
 from ..decoding.engine import Prefill
+from ..validation import check_policy_compatible
 from .config import BlockPolicyConfig, CostModel
 from .cost import choose_size
 from .features import PrefillFeatures, extract_features
@@ -30,7 +30,7 @@ logger = logging.getLogger(__name__)
 
 
 class BlockPolicy(nn.Module):
-    """A BlockPilot head; callable as a `generate(block_policy=...)` chooser (Prefill -> block size)."""
+    """A BlockPilot head; a `BlockChooser` for `generate(block_policy=...)`: callable on a Prefill, with a `name`."""
 
     def __init__(self, config: BlockPolicyConfig):
         super().__init__()
@@ -52,9 +52,10 @@ class BlockPolicy(nn.Module):
     # ---- prediction -------------------------------------------------------------------------------------------
     def forward(self, groups: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
         """Predicted tau per candidate size (N, C) from feature rows (N, G, H) and logit stats (N, S)."""
-        rows = F.layer_norm(groups.float(), groups.shape[-1:])  # (N, G, H): layers differ wildly in scale
+        dtype = self.project.weight.dtype  # float32 unless the user cast the head
+        rows = F.layer_norm(groups.to(dtype), groups.shape[-1:])  # (N, G, H): layers differ wildly in scale
         projected = self.project(rows).flatten(1)  # (N, G*r)
-        scaled = (stats.float() - self.stats_mean) / self.stats_std  # (N, S)
+        scaled = (stats.to(dtype) - self.stats_mean) / self.stats_std  # (N, S)
         raw = self.mlp(torch.cat([projected, scaled], dim=-1))  # (N, C)
         return 1 + (self.sizes - 1) * torch.sigmoid(raw)
 
@@ -67,29 +68,40 @@ class BlockPolicy(nn.Module):
         return self(features.groups[None].to(device), features.stats[None].to(device))[0].tolist()
 
     @property
+    def name(self) -> str:
+        """The name `generate` reports in its stats (`out.blockpilot.policy`)."""
+        return f"blockpilot:{self.config.name}"
+
+    @property
     def cost_model(self) -> CostModel | None:
         """A calibration set with `use_cost_model`, else the cost model stored with the policy."""
         return self.cost_override or self.config.cost
 
-    def use_cost_model(self, cost: CostModel | None) -> BlockPolicy:
-        """Use `cost` (e.g. this machine's calibration) instead of the stored one; None restores it."""
+    def usable_cost_model(self, cost: CostModel | None) -> CostModel | None:
+        """`cost` if it covers every candidate size, else None (with a warning): the stored model is then used."""
         if cost is not None and not cost.covers(self.config.candidate_sizes):
             logger.warning(
                 "Calibration covers sizes %s, not all of %s: keeping the stored cost model.",
                 cost.block_sizes,
                 self.config.candidate_sizes,
             )
-            return self
-        self.cost_override = cost
+            return None
+        return cost
+
+    def use_cost_model(self, cost: CostModel | None) -> BlockPolicy:
+        """Use `cost` (e.g. this machine's calibration) instead of the stored one; None restores it."""
+        if cost is None or self.usable_cost_model(cost) is not None:
+            self.cost_override = cost
         return self
 
-    def choose(self, prefill: Prefill | PrefillFeatures, rule: str | None = None) -> int:
-        """The block size for this request under `rule` (default: the config's choice rule)."""
+    def choose(self, prefill: Prefill | PrefillFeatures, rule: str | None = None, cost: CostModel | None = None) -> int:
+        """The block size for this request under `rule` (default: the config's choice rule), with `cost` (default:
+        `cost_model`) as the seconds per step of each size."""
         return choose_size(
             self.predict_tau(prefill),
             self.config.candidate_sizes,
             rule or self.config.choice,
-            self.cost_model,
+            cost or self.cost_model,
         )
 
     def __call__(self, *args, **kwargs):
@@ -103,35 +115,8 @@ class BlockPolicy(nn.Module):
 
     # ---- compatibility ----------------------------------------------------------------------------------------
     def check_compatible(self, target, drafter) -> None:
-        """Refuse a target/drafter the head cannot read (hidden size, layer ids, vocabulary); warn on other ids."""
-        cfg = self.config
-        rows, hidden = target.get_input_embeddings().weight.shape
-        fix = "Use a policy trained for this target and drafter (or train one: `blockpilot collect` + `train-policy`)."
-        if hidden != cfg.hidden_size:
-            raise ValueError(
-                f"Policy {cfg.name!r} was made for hidden size {cfg.hidden_size}, the target has {hidden}. {fix}"
-            )
-        if list(drafter.config.target_layer_ids) != list(cfg.target_layer_ids):
-            raise ValueError(
-                f"Policy {cfg.name!r} reads target layers {cfg.target_layer_ids}, the drafter reads "
-                f"{list(drafter.config.target_layer_ids)}. {fix}"
-            )
-        if rows != cfg.vocab_size:
-            raise ValueError(
-                f"Policy {cfg.name!r} was made for a vocabulary of {cfg.vocab_size}, the target has {rows}. {fix}"
-            )
-        for what, recorded, actual in (
-            ("target", cfg.target_id, getattr(target.config, "name_or_path", "")),
-            ("drafter", cfg.drafter_id, getattr(drafter.config, "name_or_path", "")),
-        ):
-            # Compare the last path component: a Hub id "org/name" and a local copy ".../name" are the same model.
-            if recorded and actual and Path(str(recorded)).name != Path(str(actual)).name:
-                warnings.warn(
-                    f"Policy {cfg.name!r} was trained for {what} {recorded!r} but runs with {actual!r}; shapes match, "
-                    "so it runs, but its choices may be off. Retrain or recalibrate for best results.",
-                    UserWarning,
-                    stacklevel=3,
-                )
+        """Refuse a target/drafter the head cannot read; see `validation.check_policy_compatible`."""
+        check_policy_compatible(self.config, target, drafter)
 
     # ---- save / load / Hub ------------------------------------------------------------------------------------
     def save_pretrained(self, folder: str | Path) -> Path:

@@ -9,74 +9,102 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable
+from dataclasses import dataclass
 
-from ..decoding.engine import Prefill
-from ..validation import check_block_size
+from ..decoding.engine import BlockChooser, Prefill
+from ..validation import check_block_size, check_policy_compatible, check_policy_sizes
+from .config import CostModel
 
 
-def resolve_block_policy(block_policy, block_size, drafter, target):
-    """Return (int or chooser(Prefill) -> int, name) for the engine.
+def resolve_block_policy(block_policy, block_size, drafter, target) -> int | BlockChooser:
+    """Return a fixed block size or a `BlockChooser` (whose answers are checked) for the engine.
 
-    Accepts an int or `"fixed:N"` for a fixed size; none of both means the drafter's training block size.
+    Accepts an int or `"fixed:N"` for a fixed size; none of both means the drafter's training block size. A
+    `BlockPolicy` is used as it is, never modified: this machine's calibration travels with the returned chooser.
     """
     if block_policy is not None and block_size is not None:
         raise ValueError("Pass either `block_size` or `block_policy`, not both.")
     if block_policy is None:
-        size = drafter.config.block_size if block_size is None else block_size
-        return check_block_size(size, drafter), f"fixed:{size}"
+        return check_block_size(drafter.config.block_size if block_size is None else block_size, drafter)
     if isinstance(block_policy, int) and not isinstance(block_policy, bool):
-        return check_block_size(block_policy, drafter), f"fixed:{block_policy}"
+        return check_block_size(block_policy, drafter)
     if isinstance(block_policy, str) and block_policy.startswith("fixed:"):
         try:
             size = int(block_policy.removeprefix("fixed:"))
         except ValueError as err:
             raise ValueError(f"block_policy {block_policy!r}: expected 'fixed:N' with an integer N.") from err
-        return check_block_size(size, drafter), block_policy
+        return check_block_size(size, drafter)
     from .head import BlockPolicy
 
     if isinstance(block_policy, (str, os.PathLike)):
         block_policy = BlockPolicy.from_pretrained(block_policy)
     if isinstance(block_policy, BlockPolicy):
-        return _prepare_policy(block_policy, drafter, target), f"blockpilot:{block_policy.config.name}"
+        return CheckedChooser(_prepare_policy(block_policy, drafter, target), drafter)
     if callable(block_policy):
-        return _validated(block_policy, drafter), getattr(block_policy, "name", None) or getattr(
-            block_policy, "__name__", "callable"
-        )
+        return CheckedChooser(as_chooser(block_policy), drafter)
     raise ValueError(
         f"Unknown block_policy {block_policy!r} ({type(block_policy).__name__}): pass an int, 'fixed:N', a policy "
         "folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int."
     )
 
 
-def _prepare_policy(policy, drafter, target) -> Callable[[Prefill], int]:
-    """Check the policy fits this target/drafter, use this machine's calibration if cached, validate its output."""
+@dataclass
+class NamedChooser:
+    """A plain callable (Prefill -> int) with the `name` the `BlockChooser` protocol asks for."""
+
+    choose: Callable[[Prefill], int]
+    name: str
+
+    def __call__(self, prefill: Prefill) -> int:
+        return self.choose(prefill)
+
+
+def as_chooser(block_policy: Callable[[Prefill], int]) -> BlockChooser:
+    """The callable itself if it is a `BlockChooser` (has a `name`), else wrapped once, named after its function."""
+    if isinstance(block_policy, BlockChooser):
+        return block_policy
+    return NamedChooser(block_policy, getattr(block_policy, "__name__", type(block_policy).__name__))
+
+
+@dataclass
+class CalibratedPolicy:
+    """A `BlockPolicy` choosing with this machine's cost model, without touching the user's policy object."""
+
+    policy: object  # BlockPolicy
+    cost: CostModel | None
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+    def __call__(self, prefill: Prefill) -> int:
+        return self.policy.choose(prefill, cost=self.cost)
+
+
+@dataclass
+class CheckedChooser:
+    """A chooser whose answer is checked against the drafter, so a bad answer raises a clear error instead of
+    reaching the engine: a policy can change speed, never correctness."""
+
+    chooser: BlockChooser
+    drafter: object
+
+    @property
+    def name(self) -> str:
+        return self.chooser.name
+
+    def __call__(self, prefill: Prefill) -> int:
+        size = self.chooser(prefill)
+        try:
+            return check_block_size(size, self.drafter)
+        except (TypeError, ValueError) as err:
+            raise type(err)(f"block_policy {self.name!r} returned an invalid block size: {err}") from err
+
+
+def _prepare_policy(policy, drafter, target) -> CalibratedPolicy:
+    """Check the policy fits this target/drafter, and pick this machine's calibration if one is cached."""
     from .cost import load_calibration
 
-    policy.check_compatible(target, drafter)
-    for size in policy.config.candidate_sizes:
-        try:
-            check_block_size(size, drafter)
-        except ValueError as err:
-            raise ValueError(
-                f"Policy {policy.config.name!r} can choose block size {size}, which this drafter refuses: {err}"
-            ) from err
-    calibrated = load_calibration(target, drafter)
-    if calibrated is not None:
-        policy.use_cost_model(calibrated)
-    policy.to(target.device)
-    return _validated(policy, drafter)
-
-
-def _validated(chooser: Callable[[Prefill], int], drafter) -> Callable[[Prefill], int]:
-    """Wrap a chooser so that a bad answer raises a clear error instead of reaching the engine."""
-
-    def choose(prefill: Prefill) -> int:
-        size = chooser(prefill)
-        try:
-            return check_block_size(size, drafter)
-        except (TypeError, ValueError) as err:
-            raise type(err)(
-                f"block_policy {getattr(chooser, 'name', chooser)!r} returned an invalid block size: {err}"
-            ) from err
-
-    return choose
+    check_policy_compatible(policy.config, target, drafter)
+    check_policy_sizes(policy.config, drafter)
+    return CalibratedPolicy(policy, policy.usable_cost_model(load_calibration(target, drafter)))

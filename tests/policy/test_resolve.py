@@ -1,11 +1,15 @@
 """`generate(block_policy=...)`: every accepted form, the chosen size reported, output identical to plain greedy."""
 
+import copy
+import functools
+
 import pytest
 import torch
 
 from blockpilot_hf import BlockPolicy
-from blockpilot_hf.policy import EntropyPolicy, calibrate, load_calibration
-from blockpilot_hf.policy.resolve import resolve_block_policy
+from blockpilot_hf.decoding.engine import BlockChooser
+from blockpilot_hf.policy import EntropyPolicy, FixedPolicy, calibrate, load_calibration
+from blockpilot_hf.policy.resolve import as_chooser, resolve_block_policy
 from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
 from tests.policy.conftest import REPO, populate
 
@@ -126,6 +130,38 @@ def test_calibration_is_cached_and_preferred(task, pair):
     assert cost.block_sizes == [1, 2, 4, 8] and all(s > 0 for s in cost.seconds) and cost.source == "calibrated"
     assert load_calibration(target, drafter) == cost
     policy = BlockPolicy.from_pretrained(task.policy_dir)
-    resolve_block_policy(policy, None, drafter, target)
-    assert policy.cost_model == cost  # this machine's measurement, not the stored synthetic one
+    chooser = resolve_block_policy(policy, None, drafter, target)
+    assert chooser.chooser.cost == cost  # this machine's measurement, not the stored synthetic one
+    assert policy.cost_model == policy.config.cost  # ... used without installing it in the user's policy
+    assert policy.use_cost_model(cost).cost_model == cost
     assert policy.use_cost_model(None).cost_model == policy.config.cost
+
+
+def test_generate_leaves_the_users_policy_untouched(task, pair):
+    target, drafter = pair
+    cost = calibrate(target, drafter, [1, 2, 4, 8], steps=2)  # a cached calibration that generate will use
+    policy = BlockPolicy.from_pretrained(task.policy_dir).double()
+    config, state = copy.deepcopy(policy.config), {k: v.clone() for k, v in policy.state_dict().items()}
+    attributes = {k: v for k, v in vars(policy).items() if not k.startswith("_")}
+    for kind, ids, plain, oracle in fresh_prompts(pair):
+        out = run(target, oracle, ids, block_policy=policy)
+        assert torch.equal(out.sequences, plain) and out.blockpilot.block_size == (8 if kind == "easy" else 1)
+    assert {k: v for k, v in vars(policy).items() if not k.startswith("_")} == attributes
+    assert policy.config == config and policy.cost_override is None and policy.cost_model == config.cost != cost
+    after = policy.state_dict()
+    assert all(torch.equal(after[k], v) and after[k].dtype == v.dtype == torch.float64 for k, v in state.items())
+    assert {t.device for t in after.values()} == {torch.device("cpu")}
+
+
+def test_every_policy_form_is_a_block_chooser(task):
+    assert isinstance(BlockPolicy.from_pretrained(task.policy_dir), BlockChooser)
+    assert isinstance(FixedPolicy(4), BlockChooser) and isinstance(EntropyPolicy([1, 2, 4]), BlockChooser)
+    named = FixedPolicy(4, name="mine")
+    assert as_chooser(named) is named  # a chooser with a name is used as it is
+
+    def by_length(prefill):
+        return 4
+
+    wrapped = as_chooser(by_length)  # a plain callable is wrapped once, named after its function
+    assert isinstance(wrapped, BlockChooser) and wrapped.name == "by_length" and wrapped(None) == 4
+    assert as_chooser(functools.partial(by_length)).name == "partial"

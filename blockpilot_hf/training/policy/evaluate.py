@@ -19,6 +19,7 @@ from ...policy.config import CostModel
 from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures
 from ...policy.head import BlockPolicy
+from ...validation import check_policy_fits_collection
 from .collected import PromptRecord, read_records, step_seconds_by_size
 
 logger = logging.getLogger(__name__)
@@ -199,13 +200,7 @@ def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | Non
     """Load a policy and a held-out collect folder, score everything, optionally draw plots."""
     policy = BlockPolicy.from_pretrained(policy_dir)
     meta, records = read_records(Path(collect_dir))
-    if meta.hidden_size != policy.config.hidden_size or meta.target_layer_ids != policy.config.target_layer_ids:
-        raise ValueError(f"{collect_dir} was collected for another target/drafter than policy {policy.config.name!r}.")
-    missing = set(policy.config.candidate_sizes) - set(meta.block_sizes)
-    if missing:
-        raise ValueError(
-            f"{collect_dir} has no runs at sizes {sorted(missing)} the policy can choose; collect with them."
-        )
+    check_policy_fits_collection(policy.config, meta, collect_dir)
     report = evaluate_records(policy, records)
     if plots is not None:
         make_plots(policy, records, report, Path(plots))
