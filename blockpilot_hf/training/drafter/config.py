@@ -106,6 +106,13 @@ class DrafterTrainingConfig:
         metadata={"help": "regenerated JSONL files (prompt_ids, response_ids), e.g. from `blockpilot regenerate`"},
     )
     out: str = field(default="runs/drafter", metadata={"help": "output folder: checkpoints, metrics, final drafter"})
+    init_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "warm start: a drafter folder (or 'embedded') whose weights and architecture training starts "
+            "from; its block size and depth must match --block-size and --num-layers. Unset = random init"
+        },
+    )
     num_layers: int = field(default=2, metadata={"help": "drafter decoder layers"})
     target_layer_ids: list[int] | None = field(
         default=None, metadata={"help": "target layers read; unset = --num-context-layers evenly spaced ones"}
@@ -133,7 +140,9 @@ class DrafterTrainingConfig:
     )
     val_percent: int = field(default=3, metadata={"help": "percent of sequences (by id hash) held out for validation"})
     val_every: int = field(default=200, metadata={"help": "steps between validation tau measurements"})
-    val_sequences: int = field(default=24, metadata={"help": "validation sequences used per measurement"})
+    val_sequences: int = field(
+        default=8, metadata={"help": "validation sequences per data source (gsm8k, self-instruct, ...) per measurement"}
+    )
     save_every: int = field(default=100, metadata={"help": "steps between checkpoints"})
     seed: int = field(default=0, metadata={"help": "random seed"})
     save_dtype: str = field(default="bfloat16", metadata={"help": "dtype of the saved drafter weights"})

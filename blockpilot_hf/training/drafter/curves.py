@@ -16,7 +16,8 @@ def read_metrics(path: Path) -> list[dict]:
 
 
 def plot_training_curves(metrics_path: Path, out: Path) -> Path:
-    """PNG with validation tau per block size vs minutes, and first-position accuracy vs sequences seen."""
+    """PNG with validation tau vs minutes (per block size, and per data source at the training block size), and
+    first-position accuracy vs sequences seen."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -24,12 +25,16 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
 
     rows = read_metrics(metrics_path)
     fig, (left, right) = plt.subplots(1, 2, figsize=(10, 3.8))
-    for key in sorted({k for r in rows for k in r if k.startswith("val_tau_b")}, key=lambda k: int(k.split("_b")[-1])):
+    # Keys: val_tau_b{size} (all validation answers) and val_tau_b{size}/{source} (one data source).
+    keys = sorted({k for r in rows for k in r if k.startswith("val_tau_b")}, key=lambda k: (k.count("/"), k))
+    for key in keys:
         points = [(r["minutes"], r[key]) for r in rows if key in r]
-        left.plot(*zip(*points, strict=True), marker="o", label=f"b={key.split('_b')[-1]}")
+        size, _, source = key.removeprefix("val_tau_b").partition("/")
+        style = {"linestyle": "--", "marker": "."} if source else {"marker": "o", "linewidth": 2}
+        left.plot(*zip(*points, strict=True), label=f"b={size} {source}".strip(), **style)
     left.set(xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out greedy answers")
     if left.lines:  # no validation yet (a run stopped early)
-        left.legend()
+        left.legend(fontsize=7)
     right.plot([r["tokens_seen"] for r in rows], [r["acc1"] for r in rows], alpha=0.4)
     right.set(xlabel="sequences seen", ylabel="first-position accuracy", title="training accuracy")
     fig.tight_layout()

@@ -35,22 +35,43 @@ METRICS_NAME = "metrics.jsonl"
 
 
 @dataclass
-class Sequence:
+class TrainingSequence:
+    """One prompt + response; the loss covers the response only."""
+
     id: str
+    source: str  # the data source before any '/': gsm8k, self-instruct, stdlib-code, text-pydocs, ...
     tokens: torch.Tensor  # (S,)
     response_start: int
     greedy: bool  # the target's own greedy answer (not borrowed text): usable to measure tau
 
 
-def load_sequences(paths: list[str]) -> list[Sequence]:
+def load_sequences(paths: list[str]) -> list[TrainingSequence]:
     rows = [row for path in paths for row in read_rows(Path(path))]
     return [
-        Sequence(
-            r["id"], torch.tensor(r["prompt_ids"] + r["response_ids"]), len(r["prompt_ids"]), r.get("kind") != "text"
+        TrainingSequence(
+            r["id"],
+            r.get("source", r["id"]).split("/")[0],
+            torch.tensor(r["prompt_ids"] + r["response_ids"]),
+            len(r["prompt_ids"]),
+            r.get("kind") != "text",
         )
         for r in rows
         if len(r["response_ids"]) >= 4
     ]
+
+
+def validation_split(
+    sequences: list[TrainingSequence], percent: int, per_source: int
+) -> tuple[list[TrainingSequence], dict[str, list[TrainingSequence]]]:
+    """(train, validation by source): greedy answers held out by id hash, at most `per_source` per source kept
+    for measuring (the rest of the held-out ones are simply not trained on)."""
+    train, val = [], {}
+    for seq in sequences:
+        if seq.greedy and is_validation(seq.id, percent):
+            val.setdefault(seq.source, []).append(seq)
+        else:
+            train.append(seq)
+    return train, {source: seqs[:per_source] for source, seqs in sorted(val.items())}
 
 
 def is_validation(seq_id: str, percent: int) -> bool:
@@ -58,7 +79,10 @@ def is_validation(seq_id: str, percent: int) -> bool:
 
 
 def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
-    """A randomly initialised drafter shaped after the target (hidden size, heads) with the recipe's depth."""
+    """The drafter to train: `cfg.init_from`'s weights (warm start), or a random one shaped after the target
+    (hidden size, heads) with the recipe's depth."""
+    if cfg.init_from:
+        return warm_start(cfg, target)
     tc = target.config.get_text_config()
     depth = tc.num_hidden_layers
     layer_ids = cfg.target_layer_ids
@@ -86,6 +110,23 @@ def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
     return DFlashDrafter(config)
 
 
+def warm_start(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
+    """Load `cfg.init_from` in float32, refusing one whose shape disagrees with the config or the target."""
+    from ...embedded import resolve_drafter
+    from ...validation import check_compatible
+
+    drafter = DFlashDrafter.from_pretrained(resolve_drafter(cfg.init_from), dtype=torch.float32)
+    for name, wanted in (("block_size", cfg.block_size), ("num_hidden_layers", cfg.num_layers)):
+        if getattr(drafter.config, name) != wanted:
+            raise ValueError(
+                f"--init-from {cfg.init_from} has {name}={getattr(drafter.config, name)} but the config asks for "
+                f"{wanted}; pass --{'block-size' if name == 'block_size' else 'num-layers'} "
+                f"{getattr(drafter.config, name)}."
+            )
+    check_compatible(target, drafter)
+    return drafter
+
+
 def pick_mask_token(target) -> int:
     """An embedding row to stand for 'unknown': the pad id if it differs from EOS, else the last row."""
     rows = target.get_input_embeddings().weight.shape[0]
@@ -94,7 +135,7 @@ def pick_mask_token(target) -> int:
 
 
 def sequence_loss(
-    drafter, embed, head_weight, features, predictions, seq: Sequence, cfg, weights, vocab_map, generator
+    drafter, embed, head_weight, features, predictions, seq: TrainingSequence, cfg, weights, vocab_map, generator
 ):
     """Decay-weighted CE of one sequence's anchored blocks, plus first-position accuracy."""
     K = cfg.block_size
@@ -120,7 +161,9 @@ def sequence_loss(
 
 
 @torch.no_grad()
-def validation_tau(drafter, embed, lm_head, cache: FeatureCache, sequences: list[Sequence], block_size: int) -> float:
+def validation_tau(
+    drafter, embed, lm_head, cache: FeatureCache, sequences: list[TrainingSequence], block_size: int
+) -> float:
     """Mean acceptance length of greedy decoding replayed on the target's own answers (teacher-forced features)."""
     lengths = []
     for seq in sequences:
@@ -148,7 +191,7 @@ def validation_tau(drafter, embed, lm_head, cache: FeatureCache, sequences: list
     return mean_acceptance_length(lengths)
 
 
-def frequent_tokens(sequences: list[Sequence], n: int, vocab: int) -> torch.Tensor:
+def frequent_tokens(sequences: list[TrainingSequence], n: int, vocab: int) -> torch.Tensor:
     counts = torch.zeros(vocab, dtype=torch.long)
     for s in sequences:
         counts += torch.bincount(s.tokens[s.response_start :], minlength=vocab)
@@ -169,13 +212,9 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
 
     # 1. Data: the target's own answers, split by id hash into train / validation.
-    sequences = load_sequences(cfg.data)
-    held_out = [s.greedy and is_validation(s.id, cfg.val_percent) for s in sequences]
-    train = [s for s, h in zip(sequences, held_out, strict=True) if not h]
-    val = [s for s, h in zip(sequences, held_out, strict=True) if h][: cfg.val_sequences]
-    (out / "trained_on.json").write_text(
-        json.dumps({"train_ids": [s.id for s in train], "val_ids": [s.id for s in val]})
-    )
+    train, val_by_source = validation_split(load_sequences(cfg.data), cfg.val_percent, cfg.val_sequences)
+    val = [seq for seqs in val_by_source.values() for seq in seqs]
+    (out / "trained_on.json").write_text(json.dumps(data_summary(train, val), indent=1))
     tokens = sum(len(s.tokens) - s.response_start for s in train)
     logger.info("%d training sequences (%d response tokens), %d validation", len(train), tokens, len(val))
     cache = FeatureCache(out / "features", target, [], autocast=accelerator.autocast)
@@ -239,6 +278,10 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             record.update(
                 {f"val_tau_b{b}": validation_tau(model, embed, lm_head, cache, val, b) for b in (4, 8, cfg.block_size)}
             )
+            for source, seqs in val_by_source.items():  # per domain, at the training block size
+                record[f"val_tau_b{cfg.block_size}/{source}"] = validation_tau(
+                    model, embed, lm_head, cache, seqs, cfg.block_size
+                )
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:
@@ -254,8 +297,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     final = out / "drafter"
     if accelerator.is_main_process:
         model = accelerator.unwrap_model(drafter)
-        if keep is not None:  # draft from the vocabulary the loss was trained on
-            model.config.draft_vocab_ids = keep.tolist()
+        model.set_draft_vocab(keep)  # draft from the vocabulary the loss was trained on (None: all of it)
         model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
         (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
         write_training_card(model, final, cfg, train, out / METRICS_NAME)
@@ -263,38 +305,53 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     return final
 
 
-def write_training_card(
-    drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[Sequence], metrics_path: Path
-) -> None:
-    """The drafter's model card: data (sources, ids file), steps, time, and the last validation tau per size."""
-    from collections import Counter
+def data_summary(train: list[TrainingSequence], val: list[TrainingSequence]) -> dict:
+    """What trained the drafter: sequences and response tokens per source, and every id (train and validation)."""
+    per_source: dict[str, dict[str, int]] = {}
+    for seq in train:
+        entry = per_source.setdefault(seq.source, {"sequences": 0, "response_tokens": 0})
+        entry["sequences"] += 1
+        entry["response_tokens"] += len(seq.tokens) - seq.response_start
+    return {
+        "response_tokens": sum(e["response_tokens"] for e in per_source.values()),
+        "per_source": dict(sorted(per_source.items())),
+        "train_ids": [s.id for s in train],
+        "val_ids": [s.id for s in val],
+    }
 
+
+def write_training_card(
+    drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[TrainingSequence], metrics_path: Path
+) -> None:
+    """The drafter's model card: data per source, steps, time, and the last validation tau per size and source."""
     from ...drafter.card import write_drafter_card
     from .curves import plot_training_curves, read_metrics
 
     metrics = read_metrics(metrics_path)
     plot_training_curves(metrics_path, folder / "training_curve.png")
     last = metrics[-1]
-    tau = next((m for m in reversed(metrics) if "val_tau_b4" in m), {})
-    sources = Counter(
-        s.id.split("/")[0] if not s.id.startswith("text/") else "text/" + s.id.split("/")[1] for s in train
-    )
-    tokens = sum(len(s.tokens) - s.response_start for s in train)
+    tau = {k: v for k, v in next((m for m in reversed(metrics) if "val_tau_b4" in m), {}).items() if "val_tau" in k}
+    summary = data_summary(train, [])
+    per_source = ", ".join(f"{name} {e['response_tokens']:,}" for name, e in summary["per_source"].items())
     training = (
-        f"- Data: {len(train)} sequences ({tokens:,} response tokens; sources {dict(sources)}); the target's own greedy "
-        "answers, plus offline text labelled by the target's own predictions. Ids are listed in `trained_on.json`; "
-        "no evaluation-split prompt was used.\n"
+        f"- Data: {len(train)} sequences, {summary['response_tokens']:,} response tokens ({per_source}): the "
+        "target's own greedy answers (text rows, if any, are offline text labelled by the target's predictions). "
+        "Ids and per-source counts are in `trained_on.json`; no evaluation- or policy-split prompt was used.\n"
         f"- Recipe: `blockpilot train-drafter` with the config in `training_config.json` "
         f"({cfg.num_layers} layers, block {cfg.block_size}, gamma {cfg.gamma}, {cfg.anchors_per_sequence} anchors per "
-        f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'})\n"
+        f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'}"
+        f"{f', warm start from {cfg.init_from}' if cfg.init_from else ''})\n"
         f"- {last['step']} optimizer steps of {cfg.sequences_per_step} sequences in {last['minutes']:.0f} minutes on "
         f"{torch.get_num_threads()} CPU thread(s); final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
     )
-    results = {k.replace("val_", "validation "): v for k, v in tau.items() if k.startswith("val_tau")}
+    rows = []
+    for key, value in tau.items():
+        size, _, source = key.removeprefix("val_tau_b").partition("/")
+        rows.append(f"| {size} | {source or 'all'} | {value:.3f} |")
     table = "\n".join(
-        ["| block size | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|"]
-        + [f"| {k.split('_b')[-1]} | {v:.3f} |" for k, v in tau.items() if k.startswith("val_tau")]
+        ["| block size | data | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|---|"] + rows
     )
+    results = {k.replace("val_", "validation "): v for k, v in tau.items() if "/" not in k}
     write_drafter_card(
         drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target
     )

@@ -12,7 +12,14 @@ from transformers import DynamicCache
 from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.testing_utils import MASK_ID, random_prompt, tiny_drafter, tiny_target
 from blockpilot_hf.training.drafter.blocks import build_blocks, decay_weights, sample_anchors
-from blockpilot_hf.training.drafter.recipe import DrafterTrainingConfig, train_drafter
+from blockpilot_hf.training.drafter.recipe import (
+    DrafterTrainingConfig,
+    data_summary,
+    load_sequences,
+    make_drafter,
+    train_drafter,
+    validation_split,
+)
 from blockpilot_hf.training.drafter.target_features import target_pass
 
 
@@ -148,3 +155,32 @@ def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
         schedule.step()
         expected.append(schedule.get_last_lr()[0])
     assert lrs == pytest.approx(expected) and lrs[-1] == 0.0 and max(lrs) == pytest.approx(cfg.lr)
+
+
+def test_warm_start_loads_the_given_drafter_and_refuses_another_shape(tmp_path):
+    target = tiny_target(dtype=torch.float32)
+    start = tiny_drafter(target, seed=7, block_size=4)
+    start.save_pretrained(tmp_path / "start")
+    cfg = DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=4)
+    loaded = make_drafter(cfg, target)
+    assert all(
+        torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), start.state_dict().values(), strict=True)
+    )
+    with pytest.raises(ValueError, match="has block_size=4 but the config asks for 8; pass --block-size 4"):
+        make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=8), target)
+
+
+def test_validation_is_split_per_source_and_recorded_with_token_counts(tmp_path):
+    target = tiny_target(dtype=torch.float32)
+    data = _regen_file(tmp_path, target, n=12)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    for i, row in enumerate(rows):  # two sources
+        row["source"] = "math" if i % 2 else "chat"
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    train, val = validation_split(load_sequences([str(data)]), percent=50, per_source=1)
+    assert set(val) == {"math", "chat"} and all(len(seqs) == 1 for seqs in val.values())
+    held = {s.id for seqs in val.values() for s in seqs}
+    assert not held & {s.id for s in train}
+    summary = data_summary(train, [s for seqs in val.values() for s in seqs])
+    assert summary["response_tokens"] == sum(e["response_tokens"] for e in summary["per_source"].values())
+    assert summary["response_tokens"] == sum(len(r["response_ids"]) for r in rows if r["id"] in summary["train_ids"])
