@@ -34,7 +34,9 @@ class BlockPilotGenerateOutput(GenerateDecoderOnlyOutput):
 
 def enable(model):
     """Return `model` (the same object) with a `generate` that accepts a `DFlashDrafter` as `assistant_model`,
-    plus `block_size`, `block_policy` and `draft_sampling`. Without a DFlash assistant it is plain `generate`."""
+    plus `block_size`, `block_policy`, `draft_sampling` and `prompt_lookup_num_tokens` (drafts copied from the
+    text so far where it repeats, tried before the drafter at each step). Without a DFlash assistant it is
+    plain `generate`."""
     if hasattr(model, _ENABLED):
         return model
     original = model.generate
@@ -68,6 +70,11 @@ def generate_with_drafter(
             raise ValueError("`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`.")
         return generate(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
     if kwargs.get("speculation_type") == "dflash":
+        if kwargs.get("prompt_lookup_num_tokens"):
+            raise ValueError(
+                "`prompt_lookup_num_tokens` with a DFlash drafter runs on blockpilot's engine only; drop "
+                "`speculation_type='dflash'` to use both."
+            )
         return _generate_in_tree(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
     return generate(
         *args,
@@ -79,6 +86,7 @@ def generate_with_drafter(
         blockpilot_streamer=streamer,
         blockpilot_tokenizer=kwargs.pop("tokenizer", None),
         blockpilot_stop_strings=kwargs.pop("stop_strings", None),
+        blockpilot_lookup_tokens=kwargs.pop("prompt_lookup_num_tokens", None) or 0,
         **kwargs,
     )
 
@@ -108,6 +116,7 @@ def dflash_decoding(
     blockpilot_streamer=None,
     blockpilot_tokenizer=None,
     blockpilot_stop_strings=None,
+    blockpilot_lookup_tokens: int = 0,
     **model_kwargs,
 ):
     """The decoding method transformers calls after preparing inputs (`custom_generate` callable contract)."""
@@ -139,6 +148,7 @@ def dflash_decoding(
         draft_sampling=blockpilot_draft_sampling,
         streamer=blockpilot_streamer,
         padding=padding,
+        lookup_tokens=blockpilot_lookup_tokens,
     )
     if generation_config.return_dict_in_generate:
         return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)

@@ -21,6 +21,7 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
+from .lookup import lookup_draft
 from .stats import GenerationStats, StepRecord, device_clock
 
 
@@ -105,6 +106,7 @@ def speculative_generate(
     streamer=None,
     generator: torch.Generator | None = None,
     padding: torch.Tensor | None = None,
+    lookup_tokens: int = 0,
 ) -> tuple[torch.Tensor, GenerationStats]:
     """Generate for one row `input_ids` (1, T); returns the full sequence (1, P + T + new) and its statistics.
 
@@ -116,6 +118,10 @@ def speculative_generate(
     the chooser's `name` (or "fixed:N"). Block size 1 is plain decoding with no drafter pass. `draft_sampling`
     samples drafts from the drafter and uses rejection sampling; the default drafts argmax tokens and accepts them
     with the exact point-mass rule.
+
+    `lookup_tokens` > 0 turns on prompt lookup: a step whose last n-gram recurred earlier in the text drafts up
+    to that many tokens copied from after the copy instead of running the drafter (a free, model-free draft that
+    is accepted by the same exact rules); other steps draft as above.
     """
     device = input_ids.device
     start = device_clock(device)
@@ -146,21 +152,27 @@ def speculative_generate(
     stats.prefill_time = device_clock(device) - start
     drafter_cache = DynamicCache(config=drafter.config)
     want_hidden = drafter.hidden_state_indices if chosen > 1 else None
+    text_start = prompt.shape[1] - input_ids.shape[1]  # prompt lookup searches the text after any padding
 
     while not seq.done:
-        k = min(chosen, max_length - seq.length)  # never verify past the length limit
+        room = max_length - seq.length  # never verify past the length limit
         anchor = seq.ids[:, -1:]
-        # 2. Draft k-1 tokens in one drafter pass (none for k == 1: plain decoding).
+        # 2. Draft: copy from the text so far (prompt lookup), else k-1 tokens in one drafter pass, else none.
         t0 = device_clock(device)
-        if k > 1:
+        copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1)) if room > 1 else []
+        if copied:
+            drafts, q, source = copied, None, "lookup"
+        elif chosen > 1 and room > 1:
+            k = min(chosen, room)
             draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
             drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
+            source = "drafter"
         else:
-            drafts, q = [], None
+            drafts, q, source = [], None, "target"
         t1 = device_clock(device)
         # 3. Verify anchor + drafts in one target pass.
         block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
-        logits, hidden = _target_forward(target, block, target_cache, want_hidden if k > 1 else None, keep=0)
+        logits, hidden = _target_forward(target, block, target_cache, want_hidden, keep=0)
 
         # 4. Accept: the target's own tokens, as many as the drafts predicted.
         def score_at(i: int, pending: list[int], rows: torch.Tensor = logits) -> torch.Tensor:
@@ -177,9 +189,10 @@ def speculative_generate(
         accepted = len(committed) - 1
         kept = seq.commit(committed)
         target_cache.crop(-(len(drafts) - accepted))
-        if k > 1:
-            context = drafter.context_features(hidden)[:, : accepted + 1]
-        stats.steps.append(StepRecord(k, accepted, kept, t1 - t0, t2 - t1))
+        if want_hidden:  # the drafter's next context: what it consumed is cached; keep the rest pending
+            verified = drafter.context_features(hidden)[:, : accepted + 1]
+            context = verified if source == "drafter" else torch.cat([context, verified], dim=1)
+        stats.steps.append(StepRecord(len(drafts) + 1, accepted, kept, t1 - t0, t2 - t1, source))
 
     stats.new_tokens = seq.length - prompt.shape[1]
     stats.total_time = device_clock(device) - start

@@ -32,18 +32,23 @@ def tokens_per_second(new_tokens: int, seconds: float) -> float:
     return new_tokens / seconds if seconds > 0 else 0.0
 
 
+DRAFT_SOURCES = ("drafter", "lookup", "target")
+
+
 @dataclass
 class StepRecord:
     """One decoding step: `block_size` tokens verified, `accepted` drafts kept, then one target token.
 
     `committed` can be smaller than `accepted + 1` only on the last step, cut by EOS, a stop string or the
-    length limit."""
+    length limit. `source` says where the drafts came from: "drafter" (the DFlash drafter), "lookup" (copied
+    from the text so far) or "target" (no drafts: a plain decoding step)."""
 
     block_size: int
     accepted: int
     committed: int
     draft_time: float
     verify_time: float
+    source: str = "drafter"
 
     @property
     def acceptance_length(self) -> int:
@@ -85,7 +90,23 @@ class GenerationStats:
     def tokens_per_second(self) -> float:
         return tokens_per_second(self.new_tokens, self.total_time)
 
+    @property
+    def tokens_by_source(self) -> dict[str, int]:
+        """Committed tokens by origin: accepted drafts of the drafter and of prompt lookup, and the target's own
+        tokens (the prefill's first token and one per step). Counts before a stop cut the last step short."""
+        counts = dict.fromkeys(DRAFT_SOURCES, 0)
+        counts["target"] = 1 if self.new_tokens else 0
+        for step in self.steps:
+            counts[step.source] += step.accepted
+            counts["target"] += 1
+        return counts
+
     def to_dict(self) -> dict:
         out = asdict(self)
-        out.update(tau=self.tau, acceptance_lengths=self.acceptance_lengths, tokens_per_second=self.tokens_per_second)
+        out.update(
+            tau=self.tau,
+            acceptance_lengths=self.acceptance_lengths,
+            tokens_per_second=self.tokens_per_second,
+            tokens_by_source=self.tokens_by_source,
+        )
         return out

@@ -97,12 +97,13 @@ def sample_counts(sample_one, seed: int) -> dict[tuple[int, ...], int]:
     return counts
 
 
-def ours(prompt, block_size: int, draft_sampling: bool, temperature=1.0, top_k=None, top_p=None):
-    """A sampler of continuations through the enabled `generate` with our drafter."""
+def ours(prompt, block_size: int, draft_sampling: bool, temperature=1.0, top_k=None, top_p=None, lookup=0):
+    """A sampler of continuations through the enabled `generate` with our drafter (and prompt lookup)."""
     target, drafter = model_pair()
 
     def one() -> list[int]:
         out = target.generate(
+            prompt_lookup_num_tokens=lookup or None,
             input_ids=prompt,
             max_new_tokens=GENERATED,
             do_sample=True,
@@ -118,21 +119,46 @@ def ours(prompt, block_size: int, draft_sampling: bool, temperature=1.0, top_k=N
     return one
 
 
-CASES = [  # (block size, draft_sampling, top_k, top_p)
-    (2, False, 4, None),
-    (3, False, None, 0.8),
-    (2, True, None, 0.9),
-    (3, True, 5, None),
+CASES = [  # (block size, draft_sampling, top_k, top_p, prompt lookup tokens)
+    (2, False, 4, None, 0),
+    (3, False, None, 0.8, 0),
+    (2, True, None, 0.9, 0),
+    (3, True, 5, None, 0),
+    (3, False, None, None, 2),  # lookup drafts where the text repeats, drafter drafts elsewhere
+    (1, False, 4, None, 3),  # lookup only
 ]
 
 
-@pytest.mark.parametrize(("block_size", "draft_sampling", "top_k", "top_p"), CASES)
-def test_sampled_continuations_follow_the_target_law(block_size, draft_sampling, top_k, top_p):
+@pytest.mark.parametrize(("block_size", "draft_sampling", "top_k", "top_p", "lookup"), CASES)
+def test_sampled_continuations_follow_the_target_law(block_size, draft_sampling, top_k, top_p, lookup):
     target, _ = model_pair()
     prompt = random_prompt(5, 4, vocab=V)
     law = exact_law(target, prompt, warpers(1.0, top_k, top_p))
-    counts = sample_counts(ours(prompt, block_size, draft_sampling, top_k=top_k, top_p=top_p), seed=block_size)
+    counts = sample_counts(
+        ours(prompt, block_size, draft_sampling, top_k=top_k, top_p=top_p, lookup=lookup), seed=block_size
+    )
     assert g_test_p_value(counts, law) > ALPHA
+
+
+def test_prompt_lookup_drafts_are_used_in_the_sampled_cases():
+    """The lookup cases above test something: with this prompt, lookup drafts are verified and often accepted."""
+    target, drafter = model_pair()
+    prompt = random_prompt(5, 4, vocab=V)
+    torch.manual_seed(0)
+    sources = {"lookup": 0, "drafter": 0}
+    for _ in range(20):
+        out = target.generate(
+            input_ids=prompt,
+            max_new_tokens=GENERATED,
+            do_sample=True,
+            assistant_model=drafter,
+            block_size=3,
+            prompt_lookup_num_tokens=2,
+            return_dict_in_generate=True,
+        )
+        for name in sources:
+            sources[name] += out.blockpilot.tokens_by_source[name]
+    assert sources["lookup"] > 0
 
 
 def test_g_test_accepts_exact_samples_and_rejects_a_hotter_law():

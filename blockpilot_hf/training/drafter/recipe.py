@@ -46,7 +46,13 @@ class TrainingSequence:
 
 
 def load_sequences(paths: list[str]) -> list[TrainingSequence]:
-    rows = [row for path in paths for row in read_rows(Path(path))]
+    """The rows of regenerated JSONL files with at least 4 response tokens; an id seen twice is used once."""
+    rows, seen = [], set()
+    for path in paths:
+        for row in read_rows(Path(path)):
+            if row["id"] not in seen:
+                seen.add(row["id"])
+                rows.append(row)
     return [
         TrainingSequence(
             r["id"],
