@@ -14,12 +14,14 @@ BASELINE = "baseline"  # plain `generate`
 PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
 DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its training block size
 BLOCKPILOT = "blockpilot"  # our engine with a learned per-request block size
+LOOKUP = "lookup"  # our engine drafting by prompt lookup only (block size 1: no drafter pass)
+HYBRID = "hybrid"  # our engine: prompt lookup where the text repeats, else BlockPilot's DFlash block
 FIXED_PREFIX = "fixed:"  # our engine at one fixed block size, e.g. "fixed:4"
 # ... and arms derived from the fixed-size runs, without extra runs.
 BEST_FIXED = "best-fixed"  # the one size that was fastest on the dev prompts
 ORACLE = "oracle"  # per prompt, the fastest measured fixed size
 
-RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT)
+RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, LOOKUP, HYBRID)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
 
 
@@ -46,7 +48,9 @@ class BenchConfig:
     )
     arms: list[str] = field(
         default_factory=lambda: list(RUN_ARMS),
-        metadata={"help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot"},
+        metadata={
+            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot, lookup, hybrid"
+        },
     )
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})
     max_turns: int = field(default=2, metadata={"help": "turns per multi-turn prompt (MT-Bench has 2)"})
@@ -54,7 +58,9 @@ class BenchConfig:
         default=3,
         metadata={"help": "dev prompts per dataset (policy split, greedy) that choose the best fixed size; 0 = none"},
     )
-    prompt_lookup_num_tokens: int = field(default=10, metadata={"help": "draft length of prompt lookup decoding"})
+    prompt_lookup_num_tokens: int = field(
+        default=10, metadata={"help": "longest copied draft of prompt lookup (prompt-lookup, lookup, hybrid arms)"}
+    )
     warmup_tokens: int = field(default=8, metadata={"help": "tokens of the untimed warm-up run of each arm"})
     target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded), a folder or a Hub id"})
     drafter: str = field(default=EMBEDDED, metadata={"help": "DFlash drafter folder or Hub id; 'embedded' = shipped"})

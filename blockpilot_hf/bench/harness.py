@@ -21,7 +21,7 @@ import torch
 from ..data import Prompt, chat_input_ids
 from ..decoding.stats import device_clock
 from ..jsonl import JsonlWriter
-from .config import BASELINE, BLOCKPILOT, DFLASH_HF, PROMPT_LOOKUP, BenchConfig, fixed_arm
+from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, BenchConfig, fixed_arm
 from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw
 
 logger = logging.getLogger(__name__)
@@ -65,8 +65,8 @@ def arms_for(config: BenchConfig, has_policy: bool) -> list[Arm]:
     for kind in config.arms:
         if kind == "fixed":
             arms += [Arm(fixed_arm(b), "fixed", b) for b in config.block_sizes]
-        elif kind == BLOCKPILOT and not has_policy:
-            logger.warning("No policy given: the blockpilot arm is skipped.")
+        elif kind in (BLOCKPILOT, HYBRID) and not has_policy:
+            logger.warning("No policy given: the %s arm is skipped.", kind)
         else:
             arms.append(Arm(kind, kind))
     return arms
@@ -127,6 +127,16 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
         kwargs.update(assistant_model=models.drafter, block_size=arm.block_size)
     elif arm.kind == BLOCKPILOT:
         kwargs.update(assistant_model=models.drafter, block_policy=models.policy)
+    elif arm.kind == LOOKUP:
+        kwargs.update(
+            assistant_model=models.drafter, block_size=1, prompt_lookup_num_tokens=config.prompt_lookup_num_tokens
+        )
+    elif arm.kind == HYBRID:
+        kwargs.update(
+            assistant_model=models.drafter,
+            block_policy=models.policy,
+            prompt_lookup_num_tokens=config.prompt_lookup_num_tokens,
+        )
     return kwargs
 
 
@@ -179,6 +189,7 @@ def measure(
         record.block_size = stats.block_size
         record.tau = stats.tau
         record.acceptance_lengths = stats.acceptance_lengths
+        record.tokens_by_source = stats.tokens_by_source
         record.policy_time, record.draft_time, record.verify_time = (
             stats.policy_time,
             stats.draft_time,

@@ -14,7 +14,18 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .config import BASELINE, BEST_FIXED, FIXED_PREFIX, ORACLE, fixed_arm
+from .config import (
+    BASELINE,
+    BEST_FIXED,
+    BLOCKPILOT,
+    DFLASH_HF,
+    FIXED_PREFIX,
+    HYBRID,
+    LOOKUP,
+    ORACLE,
+    PROMPT_LOOKUP,
+    fixed_arm,
+)
 from .runs import RunRecord, UnitKey
 
 ALL = "all"
@@ -133,7 +144,16 @@ def arm_order(names: Iterable[str]) -> list[str]:
     def rank(name: str) -> tuple:
         if name.startswith(FIXED_PREFIX):
             return (2, int(name.removeprefix(FIXED_PREFIX)), name)
-        fixed = {BASELINE: 0, "prompt-lookup": 1, "dflash-hf": 1.5, BEST_FIXED: 3, "blockpilot": 4, ORACLE: 5}
+        fixed = {
+            BASELINE: 0,
+            PROMPT_LOOKUP: 1,
+            DFLASH_HF: 1.5,
+            BEST_FIXED: 3,
+            BLOCKPILOT: 4,
+            LOOKUP: 4.5,
+            HYBRID: 4.6,
+            ORACLE: 5,
+        }
         return (fixed.get(name, 2.5), 0, name)
 
     return sorted(set(names), key=rank)

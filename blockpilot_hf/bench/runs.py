@@ -24,8 +24,8 @@ UnitKey = tuple[str, str, str, int, float, int]  # the same without the arm: one
 class RunRecord:
     """What one arm did on one prompt turn. Times are seconds; `ttft` is the time to the first new token.
 
-    `block_size` is the size used (chosen, for BlockPilot; None for arms without one); `tau` and
-    `acceptance_lengths` exist for our engine only. `identical` compares greedy output with the baseline's
+    `block_size` is the size used (chosen, for BlockPilot; None for arms without one); `tau`,
+    `acceptance_lengths` and `tokens_by_source` exist for our engine only. `identical` compares greedy output with the baseline's
     (None when sampling). `peak_memory` is bytes: CUDA peak allocated, or the process's peak RSS on CPU."""
 
     split: str
@@ -48,6 +48,7 @@ class RunRecord:
     peak_memory: int = 0
     identical: bool | None = None
     output_ids: list[int] = field(default_factory=list)
+    tokens_by_source: dict[str, int] = field(default_factory=dict)  # our engine: drafter / lookup / target
 
     @property
     def tokens_per_second(self) -> float:

@@ -12,7 +12,7 @@ from blockpilot_hf.bench.harness import arms_for, rotated, run_benchmark
 from blockpilot_hf.bench.runs import RAW_NAME, read_raw
 from tests.bench.tiny import tiny_prompts
 
-RUN_ARMS = {"baseline", "prompt-lookup", "dflash-hf", "fixed:1", "fixed:2", "fixed:4", "blockpilot"}
+RUN_ARMS = {"baseline", "prompt-lookup", "dflash-hf", "fixed:1", "fixed:2", "fixed:4", "blockpilot", "lookup", "hybrid"}
 
 
 def small_config(**overrides) -> BenchConfig:
@@ -65,6 +65,11 @@ def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
         if key[4] == 0.0:
             assert arms["blockpilot"].tau == arms["fixed:4"].tau, key
     assert all(r.policy_time > 0 for r in records if r.arm == "blockpilot")
+    for r in records:  # where each committed token came from, for our engine's arms
+        if r.arm == "lookup":
+            assert r.tokens_by_source["drafter"] == 0 and r.block_size == 1
+        if r.arm.startswith("fixed:") or r.arm in ("blockpilot", "lookup", "hybrid"):
+            assert sum(r.tokens_by_source.values()) == r.new_tokens, (r.arm, r.tokens_by_source)
 
 
 def test_second_turn_follows_the_baselines_first_answer(models, monkeypatch):
@@ -131,6 +136,7 @@ def test_arms_and_rotation(models):
         "fixed:1",
         "fixed:2",
         "fixed:4",
+        "lookup",  # blockpilot and hybrid need a policy
     ]
     assert [a.name for a in rotated(arms, 2)][:2] == ["dflash-hf", "fixed:1"]
     with pytest.raises(ValueError, match="baseline arm is required"):

@@ -9,6 +9,7 @@ from blockpilot_hf.policy import BlockPolicy, BlockPolicyConfig
 from blockpilot_hf.policy.config import FeatureSpec
 from blockpilot_hf.testing_utils import HIDDEN, tiny_drafter, tiny_target, tiny_tokenizer
 
+
 def tiny_models(with_policy: bool = True) -> BenchModels:
     """An enabled tiny target (float64), a random drafter (training block size 8), a random policy."""
     target = tiny_target()
