@@ -61,6 +61,9 @@ class BenchConfig:
     prompt_lookup_num_tokens: int = field(
         default=10, metadata={"help": "longest copied draft of prompt lookup (prompt-lookup, lookup, hybrid arms)"}
     )
+    repeats: int = field(
+        default=1, metadata={"help": "timed runs per arm and prompt turn, interleaved; the median run is kept"}
+    )
     warmup_tokens: int = field(default=8, metadata={"help": "tokens of the untimed warm-up run of each arm"})
     target: str = field(default="smollm2", metadata={"help": "target: 'smollm2' (embedded), a folder or a Hub id"})
     drafter: str = field(default=EMBEDDED, metadata={"help": "DFlash drafter folder or Hub id; 'embedded' = shipped"})
@@ -86,7 +89,7 @@ class BenchConfig:
             raise ValueError(f"block_sizes must be >= 1, got {self.block_sizes}.")
         if any(t < 0 for t in self.temperatures) or not self.temperatures:
             raise ValueError(f"temperatures must be >= 0, got {self.temperatures}.")
-        for name in ("limit", "max_new_tokens", "max_turns"):
+        for name in ("limit", "max_new_tokens", "max_turns", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.dtype not in ("float32", "bfloat16", "float16"):

@@ -74,6 +74,8 @@ def arms_for(config: BenchConfig, has_policy: bool) -> list[Arm]:
 
 def rotated(arms: list[Arm], shift: int) -> list[Arm]:
     """`arms` started at position `shift` (cyclically), so no arm always runs first or last."""
+    if not arms:
+        return []
     shift %= len(arms)
     return arms[shift:] + arms[:shift]
 
@@ -200,6 +202,13 @@ def measure(
     return record
 
 
+def median_run(runs: list[RunRecord]) -> RunRecord:
+    """The run with the median total time (the lower one of the middle two), carrying every run's time."""
+    chosen = sorted(runs, key=lambda r: r.total_time)[(len(runs) - 1) // 2]
+    chosen.repeat_times = [r.total_time for r in runs]
+    return chosen
+
+
 def mark_identical(records: list[RunRecord]) -> None:
     """For greedy runs, flag whether each arm's output equals the baseline's, token for token."""
     base = next((r for r in records if r.arm == BASELINE), None)
@@ -216,18 +225,23 @@ def run_unit(
     writer: JsonlWriter | None,
     shift: int = 0,
 ) -> list[RunRecord]:
-    """Every arm on every turn of `unit`; runs in `done` (key -> record) are reused, new ones written."""
+    """Every arm on every turn of `unit`; runs in `done` (key -> record) are reused, new ones written.
+
+    Each missing arm runs `config.repeats` times, the arms interleaved in a rotating order per round so that a
+    change of machine load hits all of them alike; the run with the median time is kept (all times are in
+    `repeat_times`)."""
     records: list[RunRecord] = []
     answers: list[str] = []
     for turn in range(1, min(len(unit.prompt.turns), config.max_turns) + 1):
         input_ids = chat_input_ids(models.tokenizer, unit.prompt.turns[:turn], answers)
-        turn_records, fresh = [], []
-        for arm in rotated(arms, shift):
-            previous = done.get((*unit.key(turn), arm.name))
-            if previous is None:
-                previous = measure(models, arm, input_ids, unit, turn, config)
-                fresh.append(previous)
-            turn_records.append(previous)
+        missing = [arm for arm in rotated(arms, shift) if (*unit.key(turn), arm.name) not in done]
+        runs: dict[str, list[RunRecord]] = {arm.name: [] for arm in missing}
+        for round_ in range(config.repeats):
+            for arm in rotated(missing, round_):
+                runs[arm.name].append(measure(models, arm, input_ids, unit, turn, config))
+        fresh = [median_run(runs[arm.name]) for arm in missing]
+        measured = {record.arm: record for record in fresh}
+        turn_records = [done.get((*unit.key(turn), arm.name)) or measured[arm.name] for arm in rotated(arms, shift)]
         mark_identical(turn_records)
         for record in fresh:
             if writer is not None:

@@ -49,6 +49,7 @@ class RunRecord:
     identical: bool | None = None
     output_ids: list[int] = field(default_factory=list)
     tokens_by_source: dict[str, int] = field(default_factory=dict)  # our engine: drafter / lookup / target
+    repeat_times: list[float] = field(default_factory=list)  # total_time of every repeat; this record is the median
 
     @property
     def tokens_per_second(self) -> float:

@@ -143,3 +143,24 @@ def test_arms_and_rotation(models):
         BenchConfig(arms=["fixed"])
     with pytest.raises(ValueError, match="Unknown arms"):
         BenchConfig(arms=["baseline", "medusa"])
+
+
+def test_repeats_interleave_the_arms_and_keep_the_median_run(models, monkeypatch):
+    from blockpilot_hf.bench import harness
+
+    order, clock = [], iter(range(1, 1000))
+    real = harness.measure
+
+    def timed(models, arm, *args, **kwargs):
+        order.append(arm.name)
+        record = real(models, arm, *args, **kwargs)
+        record.total_time = float(next(clock))  # a known, distinct time per run
+        return record
+
+    monkeypatch.setattr(harness, "measure", timed)
+    config = small_config(arms=["baseline", "fixed"], block_sizes=[2], temperatures=[0.0], repeats=3)
+    records = run_benchmark(models, config, tiny_prompts()[:1], [], progress=False)
+    # round r starts at arm r (mod 2): baseline, fixed:2 | fixed:2, baseline | baseline, fixed:2
+    assert order[-6:] == ["baseline", "fixed:2", "fixed:2", "baseline", "baseline", "fixed:2"]
+    base = next(r for r in records if r.arm == "baseline")
+    assert len(base.repeat_times) == 3 and base.total_time == sorted(base.repeat_times)[1]
