@@ -1,11 +1,13 @@
 """`blockpilot demo`: the embedded default (SmolLM2-135M-Instruct + our drafter and policy) on real prompts.
 
     blockpilot demo                       # 2 GSM8K, 1 HumanEval, 1 MT-Bench prompt; minutes on 2 CPU cores
-    blockpilot demo --limit 6 --max-new-tokens 96 --json demo.json
+    blockpilot demo --limit 6 --max-new-tokens 96 --repeats 5 --json demo.json
+    blockpilot demo --dtype bfloat16      # faster on AVX512-BF16 CPUs, but not token-identical (see README)
 
 Nothing is downloaded. Per prompt it prints the block size BlockPilot chose, tau (tokens per target forward),
-tokens/s, the speed-up over plain `generate` measured in the same run (interleaved), and whether the output is
-token-for-token identical to plain greedy `generate`; then a summary. The runs are the benchmark harness's
+tokens/s, the speed-up over plain `generate` (the median of `--repeats` interleaved pairs, with their range,
+flagged when the machine's load made it too wide to trust), and whether the output is token-for-token
+identical to plain greedy `generate`; then a summary. The runs are the benchmark harness's
 (`blockpilot_hf.bench`), with two arms: the baseline and BlockPilot.
 """
 
@@ -25,6 +27,7 @@ if TYPE_CHECKING:  # the bench modules import torch; `blockpilot --help` must no
     from .bench.runs import RunRecord
 
 DEMO_SOURCES = ("gsm8k", "humaneval", "mt-bench")
+NOISY_SPREAD = 0.15  # a prompt's repeated speed-ups further apart than this are flagged as not trustworthy
 
 
 @dataclass
@@ -33,12 +36,19 @@ class DemoConfig:
 
     limit: int = field(default=4, metadata={"help": "prompts, taken in turn from GSM8K, HumanEval, GSM8K, MT-Bench"})
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt"})
+    repeats: int = field(default=3, metadata={"help": "interleaved timed pairs (plain, BlockPilot) per prompt"})
+    dtype: str = field(
+        default="float32",
+        metadata={"help": "float32 (exact: identical to plain generate) or bfloat16 (faster on AVX512-BF16 CPUs)"},
+    )
     json: str = field(default="", metadata={"help": "also write the numbers to this JSON file; unset = no file"})
     threads: int = field(default=0, metadata={"help": "torch CPU threads; 0 = torch's default"})
 
     def __post_init__(self) -> None:
-        if self.limit < 1 or self.max_new_tokens < 1:
-            raise ValueError("--limit and --max-new-tokens must be >= 1.")
+        if self.limit < 1 or self.max_new_tokens < 1 or self.repeats < 1:
+            raise ValueError("--limit, --max-new-tokens and --repeats must be >= 1.")
+        if self.dtype not in ("float32", "bfloat16"):
+            raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}.")
 
 
 @dataclass
@@ -52,8 +62,15 @@ class DemoRow:
     tokens_per_second: float
     baseline_tokens_per_second: float
     speedup: float
+    speedup_low: float  # the range of the speed-up over the repeated pairs
+    speedup_high: float
     identical: bool
     new_tokens: int
+
+    @property
+    def noisy(self) -> bool:
+        """The repeated pairs disagree by more than NOISY_SPREAD: the machine's load changed while measuring."""
+        return self.speedup_high > self.speedup_low * (1 + NOISY_SPREAD)
 
 
 @dataclass
@@ -96,6 +113,8 @@ def demo_bench_config(models: BenchModels, config: DemoConfig) -> tuple[BenchCon
         max_new_tokens=config.max_new_tokens,
         max_turns=1,
         dev_limit=0,
+        repeats=config.repeats,
+        dtype=config.dtype,
         policy="embedded",
         drafter="embedded",
     )
@@ -104,10 +123,11 @@ def demo_bench_config(models: BenchModels, config: DemoConfig) -> tuple[BenchCon
 
 def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
     """The row of one prompt from its baseline and speculative records."""
-    from .bench.metrics import by_unit, speedup
+    from .bench.metrics import by_unit, speedup, speedup_range
 
     arms = next(iter(by_unit(records).values()))
     run, base = arms[arm], arms[BASELINE]
+    low, high = speedup_range(run, base)
     return DemoRow(
         prompt_id=run.prompt_id,
         dataset=run.dataset,
@@ -116,6 +136,8 @@ def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
         tokens_per_second=run.tokens_per_second,
         baseline_tokens_per_second=base.tokens_per_second,
         speedup=speedup(run, base),
+        speedup_low=low,
+        speedup_high=high,
         identical=bool(run.identical),
         new_tokens=run.new_tokens,
     )
@@ -136,11 +158,12 @@ def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None
             r = rows[-1]
             console.print(
                 f"{r.prompt_id:>14}  block {r.block_size:>2}  tau {r.tau:4.2f}  "
-                f"{r.tokens_per_second:6.1f} tok/s  "
-                f"{r.speedup:4.2f}x  {'identical' if r.identical else '[red]DIFFERENT[/red]'}"
+                f"{r.tokens_per_second:6.1f} tok/s  {r.speedup:4.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
+                f"{' [yellow]noisy[/yellow]' if r.noisy else ''}  "
+                f"{'identical' if r.identical else '[red]DIFFERENT[/red]'}"
             )
 
-    records = run_benchmark(models, bench, prompts, progress=False, on_unit=report)
+    records = run_benchmark(models, bench, prompts, progress=console is not None, on_unit=report)
     summaries = {s.arm: s for s in summarize(records) if s.dataset == ALL}
     return DemoResult(arm, rows, summaries[arm], summaries[BASELINE])
 
@@ -153,7 +176,7 @@ def render(result: DemoResult, console) -> None:
         title=f"{result.arm} vs plain generate (greedy, same run)",
         caption="speed-up: tokens/s over plain generate's on the same prompt; summary: geometric mean",
     )
-    for name in ("prompt", "block size", "tau", "tok/s", "plain tok/s", "speed-up", "identical"):
+    for name in ("prompt", "block size", "tau", "tok/s", "plain tok/s", "speed-up", "range", "identical"):
         table.add_column(name, justify="left" if name == "prompt" else "right", no_wrap=name == "prompt")
     for r in result.rows:
         table.add_row(
@@ -163,6 +186,7 @@ def render(result: DemoResult, console) -> None:
             f"{r.tokens_per_second:.1f}",
             f"{r.baseline_tokens_per_second:.1f}",
             f"{r.speedup:.2f}x",
+            f"{r.speedup_low:.2f}-{r.speedup_high:.2f}" + (" [yellow]noisy[/yellow]" if r.noisy else ""),
             "yes" if r.identical else "[red]NO[/red]",
         )
     s, b = result.summary, result.baseline
@@ -175,9 +199,16 @@ def render(result: DemoResult, console) -> None:
         f"{s.tokens_per_second:.1f}",
         f"{b.tokens_per_second:.1f}",
         f"{s.speedup:.2f}x",
+        "",
         f"{identical}/{len(result.rows)}",
     )
     console.print(table)
+    noisy = sum(r.noisy for r in result.rows)
+    if noisy:
+        console.print(
+            f"[yellow]{noisy} of {len(result.rows)} prompts had repeated speed-ups more than "
+            f"{NOISY_SPREAD:.0%} apart: the machine was busy; rerun on a quiet machine or with more --repeats.[/yellow]"
+        )
 
 
 def write_json(result: DemoResult, path: Path, device) -> None:
@@ -189,12 +220,14 @@ def write_json(result: DemoResult, path: Path, device) -> None:
     path.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
 
 
-def load_demo_models() -> BenchModels:
+def load_demo_models(dtype: str = "float32") -> BenchModels:
     """The embedded default; a missing asset becomes a one-line error instead of a traceback."""
+    import torch
+
     from .embedded import load_embedded
 
     try:
-        target, tokenizer, drafter, policy = load_embedded()
+        target, tokenizer, drafter, policy = load_embedded(getattr(torch, dtype))
     except (FileNotFoundError, ImportError, OSError) as err:
         raise SystemExit(f"blockpilot demo: {err}") from err
     from .bench.harness import BenchModels
@@ -209,12 +242,18 @@ def _run(config: DemoConfig) -> None:
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     console = Console()
-    console.print("Loading the embedded default (SmolLM2-135M-Instruct + blockpilot drafter and policy) ...")
-    models = load_demo_models()
+    with console.status(f"Loading the embedded default (SmolLM2-135M-Instruct + drafter and policy, {config.dtype})"):
+        models = load_demo_models(config.dtype)
     if models.policy is None:
         console.print("[yellow]The embedded policy is missing: using the drafter's training block size.[/yellow]")
     result = run_demo(models, config, console=console)
     render(result, console)
+    if config.dtype != "float32":
+        console.print(
+            f"In {config.dtype}, verifying k tokens in one pass rounds differently from decoding them one by one, so "
+            "outputs can differ from plain generate in the same dtype (both are the model's greedy text up to "
+            "rounding). float32, the default, is token-identical."
+        )
     if config.json:
         write_json(result, Path(config.json), models.target.device)
         console.print(f"wrote {config.json}")

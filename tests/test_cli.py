@@ -76,7 +76,7 @@ def test_every_option_has_help_and_shows_its_default_once(name, capsys):
         (["bench", "--limit", "x"], "argument --limit: invalid int value: 'x'"),
         (["bench", "--block-sizes", "1,two"], "argument --block-sizes: invalid comma-separated int value"),
         (["bench", "--arms", "baseline,turbo"], "Unknown arms ['turbo']"),
-        (["demo", "--limit", "0"], "--limit and --max-new-tokens must be >= 1"),
+        (["demo", "--limit", "0"], "--limit, --max-new-tokens and --repeats must be >= 1"),
         (["collect", "--out", "o", "--prompts", "gsm8k:nosuch"], "'gsm8k' has no 'nosuch' split"),
         (["collect", "--prompts", "gsm8k"], "the following arguments are required: --out"),
         (["train-policy", "runs/c", "--out", "p", "--heldout-fraction", "1.5"], "heldout_fraction must be in [0, 1)"),

@@ -35,7 +35,7 @@ def test_demo_without_a_policy_uses_the_training_block_size():
 
 
 def test_demo_command_prints_a_table_and_writes_json(monkeypatch, tmp_path, capsys):
-    monkeypatch.setattr(demo, "load_demo_models", lambda: tiny_models())
+    monkeypatch.setattr(demo, "load_demo_models", lambda dtype: tiny_models())
     monkeypatch.setattr(demo, "demo_prompts", lambda limit: tiny_prompts()[:limit])
     main(["demo", "--limit", "2", "--max-new-tokens", "6", "--json", str(tmp_path / "demo.json")])
     printed = capsys.readouterr().out

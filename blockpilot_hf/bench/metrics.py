@@ -58,6 +58,18 @@ def speedup(record: RunRecord, baseline: RunRecord) -> float:
     return record.tokens_per_second / base if base > 0 else 0.0
 
 
+def speedup_range(record: RunRecord, baseline: RunRecord) -> tuple[float, float]:
+    """(lowest, highest) speed-up over the repeated runs paired in order (round i of both arms); the median run's
+    speed-up when either arm ran once. A wide range means the machine's load changed during the measurement."""
+    pairs = list(zip(baseline.repeat_times, record.repeat_times, strict=False))
+    if len(pairs) < 2 or not record.new_tokens or not baseline.new_tokens:
+        one = speedup(record, baseline)
+        return one, one
+    tokens = record.new_tokens / baseline.new_tokens
+    ratios = [tokens * base / mine for base, mine in pairs]
+    return min(ratios), max(ratios)
+
+
 def grid_sizes(records: Iterable[RunRecord]) -> list[int]:
     """The fixed block sizes present in `records`."""
     return sorted({int(r.arm.removeprefix(FIXED_PREFIX)) for r in records if r.arm.startswith(FIXED_PREFIX)})

@@ -10,6 +10,7 @@ from blockpilot_hf.bench.metrics import (
     choose_best_fixed,
     geometric_mean,
     oracle_record,
+    speedup_range,
     summarize,
     with_derived_arms,
 )
@@ -99,3 +100,11 @@ def test_summaries_cover_each_dataset_and_all():
     ]
     overall = summaries[-1]
     assert overall.speedup == pytest.approx(math.sqrt(2 * 4)) and overall.tau == pytest.approx(2.0)
+
+
+def test_speedup_range_pairs_repeats_in_order():
+    base = rec("baseline", "p", 2.0)
+    mine = rec("fixed:4", "p", 1.0)
+    assert speedup_range(mine, base) == (2.0, 2.0)  # one run each: the range is the speed-up itself
+    base.repeat_times, mine.repeat_times = [2.0, 3.0, 2.2], [1.0, 1.0, 2.2]
+    assert speedup_range(mine, base) == pytest.approx((1.0, 3.0))
