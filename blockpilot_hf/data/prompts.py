@@ -134,20 +134,28 @@ def _pydocs() -> list[Prompt]:
     ]
 
 
-def _stdlib() -> list[Prompt]:
-    root = Path(sysconfig.get_paths()["stdlib"])
-    snippets = []
-    for path in sorted(root.glob("*.py")):
+def _stdlib_functions() -> list[tuple[ast.FunctionDef, list[str]]]:
+    """Every top-level function of the standard library's modules, with its module's source lines."""
+    functions = []
+    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
         try:
-            tree = ast.parse(path.read_text(encoding="utf-8"))
+            text = path.read_text(encoding="utf-8")
+            tree = ast.parse(text)
         except (SyntaxError, UnicodeDecodeError):
             continue
-        source = path.read_text(encoding="utf-8").splitlines()
-        for node in tree.body:
-            if isinstance(node, ast.FunctionDef) and 4 <= node.end_lineno - node.lineno <= 30:
-                snippets.append("\n".join(source[node.lineno - 1 : node.end_lineno]))
-    rng = random.Random(0)
-    rng.shuffle(snippets)
+        lines = text.splitlines()
+        functions += [(node, lines) for node in tree.body if isinstance(node, ast.FunctionDef)]
+    return functions
+
+
+def _stdlib() -> list[Prompt]:
+    """Explain-this-code requests: short standard-library functions, whole."""
+    snippets = [
+        "\n".join(lines[node.lineno - 1 : node.end_lineno])
+        for node, lines in _stdlib_functions()
+        if 4 <= node.end_lineno - node.lineno <= 30
+    ]
+    random.Random(0).shuffle(snippets)
     return [
         Prompt(
             "stdlib", f"stdlib/{i}", (f"Explain what this Python function does, step by step:\n```python\n{s}\n```",)
@@ -158,20 +166,11 @@ def _stdlib() -> list[Prompt]:
 
 def _stdlib_code() -> list[Prompt]:
     """Code-writing requests in HumanEval's format: a standard-library function's signature and docstring."""
-    root = Path(sysconfig.get_paths()["stdlib"])
     stubs = []
-    for path in sorted(root.glob("*.py")):
-        try:
-            text = path.read_text(encoding="utf-8")
-            tree = ast.parse(text)
-        except (SyntaxError, UnicodeDecodeError):
-            continue
-        lines = text.splitlines()
-        for node in tree.body:
-            doc = ast.get_docstring(node) if isinstance(node, ast.FunctionDef) else None
-            if doc and len(doc) >= 40 and not node.name.startswith("_") and 4 <= node.end_lineno - node.lineno <= 40:
-                docstring = node.body[0]
-                stubs.append("\n".join(lines[node.lineno - 1 : docstring.end_lineno]))
+    for node, lines in _stdlib_functions():
+        doc = ast.get_docstring(node)
+        if doc and len(doc) >= 40 and not node.name.startswith("_") and 4 <= node.end_lineno - node.lineno <= 40:
+            stubs.append("\n".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
     random.Random(0).shuffle(stubs)
     return [Prompt("stdlib-code", f"stdlib-code/{i}", (HUMANEVAL_PREFIX + s + "\n```",)) for i, s in enumerate(stubs)]
 

@@ -84,3 +84,12 @@ def test_chat_template_second_turn_follows_the_models_answer_without_thinking():
     first, second = text.index(prompt.turns[0]), text.index(prompt.turns[1])
     assert first < text.index("First answer.") < second
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
+
+
+def test_stdlib_code_prompts_are_humaneval_shaped_signatures_with_docstrings():
+    prompts = load_prompts("stdlib-code", "drafter")
+    assert len(prompts) > 300 and len({p.id for p in prompts}) == len(prompts)
+    for prompt in prompts[:50]:
+        body = prompt.text.removeprefix(HUMANEVAL_PREFIX)
+        assert body != prompt.text and body.endswith('"""\n```') or body.endswith("'''\n```")
+        assert body.startswith("def ") and "return" not in body.split('"""')[0]
