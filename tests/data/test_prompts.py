@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib.util
 import json
 from pathlib import Path
@@ -90,6 +91,7 @@ def test_stdlib_code_prompts_are_humaneval_shaped_signatures_with_docstrings():
     prompts = load_prompts("stdlib-code", "drafter")
     assert len(prompts) > 300 and len({p.id for p in prompts}) == len(prompts)
     for prompt in prompts[:50]:
-        body = prompt.text.removeprefix(HUMANEVAL_PREFIX)
-        assert body != prompt.text and body.endswith('"""\n```') or body.endswith("'''\n```")
-        assert body.startswith("def ") and "return" not in body.split('"""')[0]
+        assert prompt.text.startswith(HUMANEVAL_PREFIX) and prompt.text.endswith("\n```")
+        stub = prompt.text.removeprefix(HUMANEVAL_PREFIX).removesuffix("\n```")
+        (function,) = ast.parse(stub + "\n    pass").body  # the signature and docstring, no body
+        assert ast.get_docstring(function) and len(function.body) == 2
