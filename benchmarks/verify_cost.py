@@ -1,0 +1,91 @@
+"""Why a float32 verify pass of 2-3 tokens costs more than one of 8 on some CPUs: the ladder, and its cause.
+
+    python benchmarks/verify_cost.py                       # the embedded SmolLM2-135M, float32 and bfloat16
+    python benchmarks/verify_cost.py --threads 1 --repeats 9 --cache 300
+
+(a) The ladder: one target forward over k tokens after a prefilled cache (logits for every position, then the
+    k tokens cropped again, as a verify step does), median ms per k and dtype.
+(b) The cause: the same products as the model's linear layers (its real weights) timed as `F.linear(x, W)`
+    (x @ W.T, MKL's transposed-B kernel) and as (W @ x.T).T, per number of rows. Printed, not asserted:
+    timings depend on the machine and its load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+from transformers import DynamicCache
+
+from blockpilot_hf.embedded import load_smollm2
+
+
+def median_ms(fn, repeats: int) -> float:
+    fn()  # warm-up
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times) * 1e3
+
+
+def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> dict[int, float]:
+    """Median ms of one forward over k tokens after `cache_tokens` cached ones, per k."""
+    prompt = torch.randint(100, 10_000, (1, cache_tokens), generator=torch.Generator().manual_seed(0))
+    cache = DynamicCache(config=model.config)
+    model(input_ids=prompt, cache=cache, use_cache=True, logits_to_keep=1)
+
+    def verify(k: int) -> None:
+        model(input_ids=prompt[:, :k], cache=cache, use_cache=True, logits_to_keep=0)
+        cache.crop(-k)
+
+    return {k: median_ms(lambda k=k: verify(k), repeats) for k in sizes}
+
+
+def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float]]:
+    """Median ms of one pass through every distinct linear weight shape of the model (each once), per row count,
+    as x @ W.T and as (W @ x.T).T."""
+    weights = {}
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            weights.setdefault(tuple(module.weight.shape), module.weight)
+    out = {}
+    for m in rows:
+        xs = [(torch.randn(m, w.shape[1], dtype=w.dtype), w) for w in weights.values()]
+        transposed_b = median_ms(lambda xs=xs: [torch.nn.functional.linear(x, w) for x, w in xs], repeats)
+        weight_first = median_ms(lambda xs=xs: [(w @ x.T).T for x, w in xs], repeats)
+        out[m] = (transposed_b, weight_first)
+    return out
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 = torch's default")
+    parser.add_argument("--repeats", type=int, default=7, help="timed runs per measurement")
+    parser.add_argument("--cache", type=int, default=300, help="tokens already in the cache")
+    parser.add_argument("--sizes", default="1,2,3,4,6,8,12,16", help="comma-separated tokens per pass")
+    parser.add_argument("--dtypes", default="float32,bfloat16", help="comma-separated model dtypes")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(f"SmolLM2-135M, {args.cache} cached tokens, {torch.get_num_threads()} thread(s), median of {args.repeats}")
+    models = {name: load_smollm2(getattr(torch, name))[0] for name in args.dtypes.split(",")}
+    with torch.inference_mode():
+        print("\n(a) one forward over k tokens, ms\n")
+        print("| tokens | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
+        ladders = {name: forward_ladder(model, sizes, args.cache, args.repeats) for name, model in models.items()}
+        for k in sizes:
+            print(f"| {k} | " + " | ".join(f"{ladders[name][k]:.1f}" for name in models) + " |")
+        print("\n(b) the model's distinct linear weight shapes, once each, ms\n")
+        print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T |\n|---|---|---|---|")
+        for name, model in models.items():
+            for m, (plain, weight_first) in layout_ladder(model, sizes, args.repeats).items():
+                print(f"| {name} | {m} | {plain:.1f} | {weight_first:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
