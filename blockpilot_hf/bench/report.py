@@ -14,13 +14,14 @@ from pathlib import Path
 
 import torch
 
+from ..decoding.stats import DRAFT_SOURCES
 from .config import BASELINE, BLOCKPILOT, FIXED_PREFIX, ORACLE
 from .metrics import ALL, ArmSummary, arm_order
 from .runs import BenchMeta, RunRecord
 
 JSON_NAME = "results.json"
 MARKDOWN_NAME = "results.md"
-PLOT_NAMES = ("speedup.png", "block_sizes.png", "tau_vs_block_size.png")
+PLOT_NAMES = ("speedup.png", "block_sizes.png", "tau_vs_block_size.png", "token_sources.png")
 
 
 @dataclass
@@ -140,7 +141,7 @@ def make_plots(report: BenchReport, out: Path) -> list[Path]:
 
     paths = [out / name for name in PLOT_NAMES]
     eval_records = [r for r in report.records if r.split == "eval"]
-    for path, draw in zip(paths, (_plot_speedup, _plot_block_sizes, _plot_tau), strict=True):
+    for path, draw in zip(paths, (_plot_speedup, _plot_block_sizes, _plot_tau, _plot_token_sources), strict=True):
         fig = draw(plt, report.summaries, eval_records)
         fig.savefig(path, dpi=100, bbox_inches="tight")
         plt.close(fig)
@@ -216,6 +217,32 @@ def _plot_tau(plt, summaries: list[ArmSummary], records: list[RunRecord]):
         )
     ax.set(xlabel="block size", ylabel="tau (tokens per target forward)", title="tau vs block size")
     if series:
+        ax.legend(fontsize=8)
+    return fig
+
+
+def _plot_token_sources(plt, summaries: list[ArmSummary], records: list[RunRecord]):
+    """Stacked bars per arm of our engine (greedy runs, all datasets): the share of committed tokens that were
+    the drafter's accepted drafts, prompt lookup's accepted copies, and the target's own tokens."""
+    totals: dict[str, Counter] = defaultdict(Counter)
+    for r in records:
+        if r.tokens_by_source and r.temperature == 0:
+            totals[r.arm].update(r.tokens_by_source)
+    arms = arm_order(totals)
+    fig, ax = plt.subplots(figsize=(max(6, 0.7 * len(arms) + 2), 4))
+    bottom = [0.0] * len(arms)
+    for source in DRAFT_SOURCES:
+        shares = [totals[a][source] / max(sum(totals[a].values()), 1) for a in arms]
+        ax.bar(range(len(arms)), shares, bottom=bottom, label=source)
+        bottom = [b + s for b, s in zip(bottom, shares, strict=True)]
+    ax.set(
+        xticks=range(len(arms)),
+        xticklabels=arms,
+        ylabel="share of committed tokens",
+        title="Where committed tokens came from (greedy)",
+    )
+    ax.tick_params(axis="x", labelrotation=45)
+    if arms:
         ax.legend(fontsize=8)
     return fig
 
