@@ -18,7 +18,13 @@ from .decoding.engine import speculative_generate
 from .decoding.stats import GenerationStats
 from .drafter import DFlashDrafter
 from .policy.resolve import resolve_block_policy
-from .validation import check_compatible, check_generation_config, check_target_cache, strip_left_padding
+from .validation import (
+    check_compatible,
+    check_drafting_options,
+    check_generation_config,
+    check_target_cache,
+    strip_left_padding,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -34,9 +40,10 @@ class BlockPilotGenerateOutput(GenerateDecoderOnlyOutput):
 
 def enable(model):
     """Return `model` (the same object) with a `generate` that accepts a `DFlashDrafter` as `assistant_model`,
-    plus `block_size`, `block_policy`, `draft_sampling` and `prompt_lookup_num_tokens` (drafts copied from the
-    text so far where it repeats, tried before the drafter at each step). Without a DFlash assistant it is
-    plain `generate`."""
+    plus `block_size`, `block_policy`, `draft_sampling`, `prompt_lookup_num_tokens` (drafts copied from the
+    text so far where it repeats, tried before the drafter at each step) and `tree_budget` (verify a tree of up
+    to that many drafted nodes per step instead of one chain). Without a DFlash assistant it is plain
+    `generate`."""
     if hasattr(model, _ENABLED):
         return model
     original = model.generate
@@ -57,6 +64,7 @@ def generate_with_drafter(
     block_size=None,
     block_policy=None,
     draft_sampling=False,
+    tree_budget=None,
     streamer=None,
     **kwargs,
 ):
@@ -66,8 +74,8 @@ def generate_with_drafter(
     accept the same arguments. Any other assistant, or none, goes to `generate` untouched.
     """
     if not isinstance(assistant_model, DFlashDrafter):
-        if block_size is not None or block_policy is not None:
-            raise ValueError("`block_size` / `block_policy` need a DFlashDrafter as `assistant_model`.")
+        if block_size is not None or block_policy is not None or tree_budget is not None:
+            raise ValueError("`block_size` / `block_policy` / `tree_budget` need a DFlashDrafter as `assistant_model`.")
         return generate(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
     if kwargs.get("speculation_type") == "dflash":
         if kwargs.get("prompt_lookup_num_tokens"):
@@ -75,6 +83,8 @@ def generate_with_drafter(
                 "`prompt_lookup_num_tokens` with a DFlash drafter runs on blockpilot's engine only; drop "
                 "`speculation_type='dflash'` to use both."
             )
+        if tree_budget is not None:
+            raise ValueError("`tree_budget` runs on blockpilot's engine only; drop `speculation_type='dflash'`.")
         return _generate_in_tree(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
     return generate(
         *args,
@@ -83,6 +93,7 @@ def generate_with_drafter(
         blockpilot_block_size=block_size,
         blockpilot_block_policy=block_policy,
         blockpilot_draft_sampling=draft_sampling,
+        blockpilot_tree_budget=tree_budget,
         blockpilot_streamer=streamer,
         blockpilot_tokenizer=kwargs.pop("tokenizer", None),
         blockpilot_stop_strings=kwargs.pop("stop_strings", None),
@@ -113,6 +124,7 @@ def dflash_decoding(
     blockpilot_block_size=None,
     blockpilot_block_policy=None,
     blockpilot_draft_sampling: bool = False,
+    blockpilot_tree_budget: int | None = None,
     blockpilot_streamer=None,
     blockpilot_tokenizer=None,
     blockpilot_stop_strings=None,
@@ -135,6 +147,7 @@ def dflash_decoding(
         if blockpilot_tokenizer is None:
             raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
+    check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
     block = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
     sequences, stats = speculative_generate(
         model,
@@ -149,6 +162,7 @@ def dflash_decoding(
         streamer=blockpilot_streamer,
         padding=padding,
         lookup_tokens=blockpilot_lookup_tokens,
+        tree_budget=blockpilot_tree_budget,
     )
     if generation_config.return_dict_in_generate:
         return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)

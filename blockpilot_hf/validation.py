@@ -72,6 +72,31 @@ def check_target_cache(target) -> None:
         )
 
 
+def check_drafting_options(target, tree_budget: int | None, draft_sampling: bool, lookup_tokens: int) -> None:
+    """Refuse drafting options that are out of range or do not combine."""
+    if not isinstance(lookup_tokens, int) or lookup_tokens < 0:
+        raise ValueError(f"prompt_lookup_num_tokens must be an int >= 0, got {lookup_tokens!r}.")
+    if tree_budget is None:
+        return
+    if not isinstance(tree_budget, int) or tree_budget < 1:
+        raise ValueError(f"tree_budget must be an int >= 1 (drafted nodes verified per step), got {tree_budget!r}.")
+    if draft_sampling:
+        raise ValueError(
+            "tree_budget builds its tree from the drafter's most likely tokens and accepts with the exact point-mass "
+            "rule; it cannot combine with draft_sampling=True. Drop one of them (sampling with do_sample=True works "
+            "with trees)."
+        )
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    layer_types, _ = get_layer_types_and_kwargs(target.config.get_text_config(decoder=True))
+    if any(t != "full_attention" for t in layer_types):
+        raise ValueError(
+            f"tree_budget needs full-attention layers only (this target has {sorted(set(layer_types))}): a tree's "
+            "verified nodes are gathered out of the cache, which sliding windows do not allow. Use a chain "
+            "(no tree_budget) on this target."
+        )
+
+
 # ---- policy ------------------------------------------------------------------------------------------------------
 def check_policy_compatible(config, target, drafter) -> None:
     """Refuse a target/drafter a policy head (`BlockPolicyConfig`) cannot read (hidden size, layer ids, vocabulary);

@@ -31,8 +31,7 @@ def accept_point_mass(
     so every committed token is distributed as p given its prefix."""
     committed: list[int] = []
     for i in range(len(drafts) + 1):
-        scores = score(i, committed)
-        token = int(_sample(scores, generator)) if do_sample else int(scores.argmax())
+        token = target_choice(score(i, committed), do_sample, generator)
         committed.append(token)
         if i == len(drafts) or token != drafts[i]:
             return committed
@@ -57,6 +56,11 @@ def accept_rejection(
     p = torch.softmax(score(len(drafts), committed), dim=-1)
     committed.append(int(torch.multinomial(p, 1, generator=generator)))
     return committed
+
+
+def target_choice(scores: torch.Tensor, do_sample: bool, generator: torch.Generator | None = None) -> int:
+    """The target's own token from processed `scores` (V,): the argmax, or a sample of softmax(scores)."""
+    return int(_sample(scores, generator)) if do_sample else int(scores.argmax())
 
 
 def _sample(scores: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:

@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
 from .stats import GenerationStats, StepRecord, device_clock
+from .tree import accept_tree, build_tree, keep_cache_positions, tree_attention_mask
 
 
 @dataclass
@@ -84,10 +85,16 @@ def _record_past(cache: DynamicCache) -> None:
             layer.activate_past_recording()
 
 
-def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] | None, keep: int):
-    """One target pass over `ids` (1, K) after `cache`; returns float32 logits (K', V) and the hidden states."""
+def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] | None, keep: int, **tree):
+    """One target pass over `ids` (1, K) after `cache`; returns float32 logits (K', V) and the hidden states.
+    `tree` passes a draft tree's `position_ids` (1, K) and 4D `attention_mask` through."""
     out = target(
-        input_ids=ids, cache=cache, use_cache=True, output_hidden_states=hidden_indices or False, logits_to_keep=keep
+        input_ids=ids,
+        cache=cache,
+        use_cache=True,
+        output_hidden_states=hidden_indices or False,
+        logits_to_keep=keep,
+        **tree,
     )
     return out.logits[0].float(), out.hidden_states
 
@@ -107,6 +114,7 @@ def speculative_generate(
     generator: torch.Generator | None = None,
     padding: torch.Tensor | None = None,
     lookup_tokens: int = 0,
+    tree_budget: int | None = None,
 ) -> tuple[torch.Tensor, GenerationStats]:
     """Generate for one row `input_ids` (1, T); returns the full sequence (1, P + T + new) and its statistics.
 
@@ -122,6 +130,9 @@ def speculative_generate(
     `lookup_tokens` > 0 turns on prompt lookup: a step whose last n-gram recurred earlier in the text drafts up
     to that many tokens copied from after the copy instead of running the drafter (a free, model-free draft that
     is accepted by the same exact rules); other steps draft as above.
+
+    `tree_budget` N verifies a draft tree of up to N nodes instead of the drafter's argmax chain (`tree.py`):
+    the most likely continuations under the drafter's per-position distributions, in one target pass.
     """
     device = input_ids.device
     start = device_clock(device)
@@ -157,42 +168,62 @@ def speculative_generate(
     while not seq.done:
         room = max_length - seq.length  # never verify past the length limit
         anchor = seq.ids[:, -1:]
-        # 2. Draft: copy from the text so far (prompt lookup), else k-1 tokens in one drafter pass, else none.
+        # 2. Draft: copy from the text so far (prompt lookup), else one drafter pass (a chain of k-1 tokens, or a
+        #    tree of up to `tree_budget` nodes), else nothing (plain decoding).
         t0 = device_clock(device)
         copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1)) if room > 1 else []
+        tree = None
         if copied:
             drafts, q, source = copied, None, "lookup"
         elif chosen > 1 and room > 1:
             k = min(chosen, room)
             draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
-            drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
+            if tree_budget:
+                tree, q = build_tree(draft_logits, tree_budget), None
+                drafts = tree.tokens
+            else:
+                drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
             source = "drafter"
         else:
             drafts, q, source = [], None, "target"
         t1 = device_clock(device)
-        # 3. Verify anchor + drafts in one target pass.
+        # 3. Verify anchor + drafts in one target pass; a tree's nodes sit at anchor position + depth and see
+        #    only their ancestors.
+        past = target_cache.get_seq_length()
         block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
-        logits, hidden = _target_forward(target, block, target_cache, want_hidden, keep=0)
+        shape = {}
+        if tree is not None:
+            positions = past + torch.tensor([[0, *tree.depths]], device=device)
+            shape = dict(position_ids=positions, attention_mask=tree_attention_mask(tree, past, target.dtype, device))
+        logits, hidden = _target_forward(target, block, target_cache, want_hidden, keep=0, **shape)
 
         # 4. Accept: the target's own tokens, as many as the drafts predicted.
         def score_at(i: int, pending: list[int], rows: torch.Tensor = logits) -> torch.Tensor:
             return score(rows[i], pending)
 
-        if q is not None:
+        if tree is not None:
+            committed, path = accept_tree(tree, score_at, do_sample, generator)
+        elif q is not None:
             committed = accept_rejection(drafts, q, score_at, generator)
         elif not do_sample and not logits_processor:
             committed = accept_greedy(torch.tensor(drafts, device=device), logits)
         else:
             committed = accept_point_mass(drafts, score_at, do_sample, generator)
         t2 = device_clock(device)
-        # 5. Commit (stopping criteria token by token), then crop the target cache to the committed prefix.
+        # 5. Commit (stopping criteria token by token), then keep exactly the committed prefix in the target cache:
+        #    crop a chain's rejected tail, gather a tree's accepted path.
         accepted = len(committed) - 1
         kept = seq.commit(committed)
-        target_cache.crop(-(len(drafts) - accepted))
+        if tree is None:
+            target_cache.crop(-(len(drafts) - accepted))
+            verified_rows = list(range(accepted + 1))
+        else:
+            keep_cache_positions(target_cache, past, path)
+            verified_rows = [0, *path]
         if want_hidden:  # the drafter's next context: what it consumed is cached; keep the rest pending
-            verified = drafter.context_features(hidden)[:, : accepted + 1]
+            verified = drafter.context_features(hidden)[:, verified_rows]
             context = verified if source == "drafter" else torch.cat([context, verified], dim=1)
-        stats.steps.append(StepRecord(len(drafts) + 1, accepted, kept, t1 - t0, t2 - t1, source))
+        stats.steps.append(StepRecord(block.shape[1], accepted, kept, t1 - t0, t2 - t1, source))
 
     stats.new_tokens = seq.length - prompt.shape[1]
     stats.total_time = device_clock(device) - start

@@ -18,7 +18,7 @@ import pytest
 import torch
 from transformers import LogitsProcessorList, TemperatureLogitsWarper, TopKLogitsWarper, TopPLogitsWarper
 
-from blockpilot_hf.decoding import engine
+from blockpilot_hf.decoding import acceptance, engine
 from blockpilot_hf.testing_utils import random_prompt, tiny_drafter, tiny_target
 
 ALPHA = 1e-3  # probability that a correct sampler fails one test
@@ -97,13 +97,14 @@ def sample_counts(sample_one, seed: int) -> dict[tuple[int, ...], int]:
     return counts
 
 
-def ours(prompt, block_size: int, draft_sampling: bool, temperature=1.0, top_k=None, top_p=None, lookup=0):
-    """A sampler of continuations through the enabled `generate` with our drafter (and prompt lookup)."""
+def ours(prompt, block_size: int, draft_sampling: bool, temperature=1.0, top_k=None, top_p=None, lookup=0, tree=None):
+    """A sampler of continuations through the enabled `generate` with our drafter (prompt lookup, a tree)."""
     target, drafter = model_pair()
 
     def one() -> list[int]:
         out = target.generate(
             prompt_lookup_num_tokens=lookup or None,
+            tree_budget=tree,
             input_ids=prompt,
             max_new_tokens=GENERATED,
             do_sample=True,
@@ -137,6 +138,15 @@ def test_sampled_continuations_follow_the_target_law(block_size, draft_sampling,
     counts = sample_counts(
         ours(prompt, block_size, draft_sampling, top_k=top_k, top_p=top_p, lookup=lookup), seed=block_size
     )
+    assert g_test_p_value(counts, law) > ALPHA
+
+
+@pytest.mark.parametrize(("tree", "top_k", "lookup"), [(4, None, 0), (6, 5, 2)])
+def test_sampled_continuations_from_draft_trees_follow_the_target_law(tree, top_k, lookup):
+    target, _ = model_pair()
+    prompt = random_prompt(5, 4, vocab=V)
+    law = exact_law(target, prompt, warpers(1.0, top_k, None))
+    counts = sample_counts(ours(prompt, 3, False, top_k=top_k, lookup=lookup, tree=tree), seed=tree)
     assert g_test_p_value(counts, law) > ALPHA
 
 
@@ -201,4 +211,30 @@ def test_rejection_sampling_that_resamples_from_p_instead_of_the_residual_is_rej
     assert acceptance.accept_rejection is engine.accept_rejection  # the engine calls the rule we replace
     with mock.patch.object(engine, "accept_rejection", buggy):
         counts = sample_counts(ours(prompt, 3, True), seed=0)
+    assert g_test_p_value(counts, law) < ALPHA
+
+
+def test_a_tree_walk_that_favours_drafted_children_is_rejected():
+    """Power check for the tree cases: a walk that, when the target's sample matches no child, takes the first
+    child anyway (over-weighting drafted tokens) must fail the same test."""
+    from blockpilot_hf.decoding import tree as tree_module
+
+    def buggy(tree, score, do_sample, generator=None):
+        committed, path, node = [], [], 0
+        while True:
+            token = acceptance.target_choice(score(node, committed), do_sample, generator)
+            children = tree.children(node)
+            child = children.get(token, next(iter(children.values()), None))
+            if child is None:
+                return committed + [token], path
+            committed.append(tree.tokens[child - 1])
+            path.append(child)
+            node = child
+
+    target, _ = model_pair()
+    prompt = random_prompt(5, 4, vocab=V)
+    law = exact_law(target, prompt, warpers(1.0, None, None))
+    assert tree_module.accept_tree is engine.accept_tree  # the engine calls the walk we replace
+    with mock.patch.object(engine, "accept_tree", buggy):
+        counts = sample_counts(ours(prompt, 3, False, tree=4), seed=0)
     assert g_test_p_value(counts, law) < ALPHA
