@@ -14,14 +14,15 @@ BASELINE = "baseline"  # plain `generate`
 PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
 DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its training block size
 BLOCKPILOT = "blockpilot"  # our engine with a learned per-request block size
+TREE = "tree"  # our engine verifying a draft tree of --tree-budget nodes at the drafter's training block size
 LOOKUP = "lookup"  # our engine drafting by prompt lookup only (block size 1: no drafter pass)
-HYBRID = "hybrid"  # our engine: prompt lookup where the text repeats, else BlockPilot's DFlash block
+HYBRID = "hybrid"  # our engine: prompt lookup where the text repeats, else BlockPilot's block (a tree if budgeted)
 FIXED_PREFIX = "fixed:"  # our engine at one fixed block size, e.g. "fixed:4"
 # ... and arms derived from the fixed-size runs, without extra runs.
 BEST_FIXED = "best-fixed"  # the one size that was fastest on the dev prompts
 ORACLE = "oracle"  # per prompt, the fastest measured fixed size
 
-RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, LOOKUP, HYBRID)
+RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, TREE, LOOKUP, HYBRID)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
 
 
@@ -60,6 +61,9 @@ class BenchConfig:
     )
     prompt_lookup_num_tokens: int = field(
         default=10, metadata={"help": "longest copied draft of prompt lookup (prompt-lookup, lookup, hybrid arms)"}
+    )
+    tree_budget: int = field(
+        default=16, metadata={"help": "drafted nodes per step of the tree arm (and of hybrid; 0 = hybrid uses chains)"}
     )
     repeats: int = field(
         default=1, metadata={"help": "timed runs per arm and prompt turn, interleaved; the median run is kept"}

@@ -21,7 +21,7 @@ import torch
 from ..data import Prompt, chat_input_ids
 from ..decoding.stats import device_clock
 from ..jsonl import JsonlWriter
-from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, BenchConfig, fixed_arm
+from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, TREE, BenchConfig, fixed_arm
 from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw
 
 logger = logging.getLogger(__name__)
@@ -129,6 +129,10 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
         kwargs.update(assistant_model=models.drafter, block_size=arm.block_size)
     elif arm.kind == BLOCKPILOT:
         kwargs.update(assistant_model=models.drafter, block_policy=models.policy)
+    elif arm.kind == TREE:
+        kwargs.update(
+            assistant_model=models.drafter, block_size=models.drafter.config.block_size, tree_budget=config.tree_budget
+        )
     elif arm.kind == LOOKUP:
         kwargs.update(
             assistant_model=models.drafter, block_size=1, prompt_lookup_num_tokens=config.prompt_lookup_num_tokens
@@ -138,6 +142,7 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
             assistant_model=models.drafter,
             block_policy=models.policy,
             prompt_lookup_num_tokens=config.prompt_lookup_num_tokens,
+            tree_budget=config.tree_budget or None,
         )
     return kwargs
 

@@ -24,6 +24,7 @@ from .config import (
     LOOKUP,
     ORACLE,
     PROMPT_LOOKUP,
+    TREE,
     fixed_arm,
 )
 from .runs import RunRecord, UnitKey
@@ -162,6 +163,7 @@ def arm_order(names: Iterable[str]) -> list[str]:
             DFLASH_HF: 1.5,
             BEST_FIXED: 3,
             BLOCKPILOT: 4,
+            TREE: 4.3,
             LOOKUP: 4.5,
             HYBRID: 4.6,
             ORACLE: 5,

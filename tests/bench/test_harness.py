@@ -12,7 +12,18 @@ from blockpilot_hf.bench.harness import arms_for, rotated, run_benchmark
 from blockpilot_hf.bench.runs import RAW_NAME, read_raw
 from tests.bench.tiny import tiny_prompts
 
-RUN_ARMS = {"baseline", "prompt-lookup", "dflash-hf", "fixed:1", "fixed:2", "fixed:4", "blockpilot", "lookup", "hybrid"}
+RUN_ARMS = {
+    "baseline",
+    "prompt-lookup",
+    "dflash-hf",
+    "fixed:1",
+    "fixed:2",
+    "fixed:4",
+    "blockpilot",
+    "tree",
+    "lookup",
+    "hybrid",
+}
 
 
 def small_config(**overrides) -> BenchConfig:
@@ -68,7 +79,9 @@ def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
     for r in records:  # where each committed token came from, for our engine's arms
         if r.arm == "lookup":
             assert r.tokens_by_source["drafter"] == 0 and r.block_size == 1
-        if r.arm.startswith("fixed:") or r.arm in ("blockpilot", "lookup", "hybrid"):
+        if r.arm == "tree":
+            assert r.block_size == 8 and r.tau >= 1
+        if r.arm.startswith("fixed:") or r.arm in ("blockpilot", "tree", "lookup", "hybrid"):
             assert sum(r.tokens_by_source.values()) == r.new_tokens, (r.arm, r.tokens_by_source)
 
 
@@ -136,6 +149,7 @@ def test_arms_and_rotation(models):
         "fixed:1",
         "fixed:2",
         "fixed:4",
+        "tree",
         "lookup",  # blockpilot and hybrid need a policy
     ]
     assert [a.name for a in rotated(arms, 2)][:2] == ["dflash-hf", "fixed:1"]
