@@ -8,7 +8,10 @@ import torch
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.decoding.engine import BlockChooser
+from blockpilot_hf.jsonfile import save_json
 from blockpilot_hf.policy import EntropyPolicy, FixedPolicy, calibrate, load_calibration
+from blockpilot_hf.policy.config import CostModel
+from blockpilot_hf.policy.cost import calibration_path
 from blockpilot_hf.policy.resolve import as_chooser, resolve_block_policy
 from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
 from tests.policy.conftest import REPO, populate
@@ -139,7 +142,11 @@ def test_calibration_is_cached_and_preferred(task, pair):
 
 def test_generate_leaves_the_users_policy_untouched(task, pair):
     target, drafter = pair
-    cost = calibrate(target, drafter, [1, 2, 4, 8], steps=2)  # a cached calibration that generate will use
+    # A cached calibration that generate will use; fixed numbers (the shape of a real CPU's), not a timing run,
+    # so the choices below do not depend on the machine's load.
+    cost = CostModel([1, 2, 4, 8], [1.0e-3, 1.2e-3, 1.3e-3, 1.5e-3], "cpu", "calibrated")
+    calibration_path(target, drafter).parent.mkdir(parents=True)
+    save_json(cost, calibration_path(target, drafter))
     policy = BlockPolicy.from_pretrained(task.policy_dir).double()
     config, state = copy.deepcopy(policy.config), {k: v.clone() for k, v in policy.state_dict().items()}
     attributes = {k: v for k, v in vars(policy).items() if not k.startswith("_")}
