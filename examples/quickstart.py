@@ -25,14 +25,15 @@ with torch.inference_mode():
         max_new_tokens=96,
         do_sample=False,
         assistant_model=drafter,
-        block_policy=policy,
-        return_dict_in_generate=True,  # policy None -> the drafter's training block size
+        block_policy=policy,  # None -> the drafter's training block size
+        prompt_lookup_num_tokens=10,  # also draft by copying text that repeats
+        return_dict_in_generate=True,
     )
 
 stats = out.blockpilot
 print(tokenizer.decode(out.sequences[0, input_ids.shape[1] :], skip_special_tokens=True))
 print(
-    f"\nblock size {stats.block_size} ({stats.policy}), tau {stats.tau:.2f}, "
+    f"\nblock size {stats.block_size} ({stats.policy}), tau {stats.tau:.2f}, tokens by source {stats.tokens_by_source}, "
     f"{stats.tokens_per_second:.1f} tok/s "
     f"vs {(plain.shape[1] - input_ids.shape[1]) / plain_seconds:.1f} tok/s plain; "
     f"identical to plain generate: {torch.equal(out.sequences, plain)}"
