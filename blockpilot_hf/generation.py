@@ -78,13 +78,10 @@ def generate_with_drafter(
             raise ValueError("`block_size` / `block_policy` / `tree_budget` need a DFlashDrafter as `assistant_model`.")
         return generate(*args, assistant_model=assistant_model, streamer=streamer, **kwargs)
     if kwargs.get("speculation_type") == "dflash":
-        if kwargs.get("prompt_lookup_num_tokens"):
-            raise ValueError(
-                "`prompt_lookup_num_tokens` with a DFlash drafter runs on blockpilot's engine only; drop "
-                "`speculation_type='dflash'` to use both."
-            )
-        if tree_budget is not None:
-            raise ValueError("`tree_budget` runs on blockpilot's engine only; drop `speculation_type='dflash'`.")
+        ours = {"prompt_lookup_num_tokens": kwargs.get("prompt_lookup_num_tokens"), "tree_budget": tree_budget}
+        if any(ours.values()):
+            names = " / ".join(f"`{name}`" for name, value in ours.items() if value)
+            raise ValueError(f"{names} with a DFlash drafter run on blockpilot's engine only; drop `speculation_type`.")
         return _generate_in_tree(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
     return generate(
         *args,

@@ -184,3 +184,12 @@ def test_trees_refuse_sliding_window_targets():
     drafter = tiny_drafter(target)
     with pytest.raises(ValueError, match="tree_budget needs full-attention layers only"):
         target.generate(input_ids=random_prompt(0, 4), max_new_tokens=4, assistant_model=drafter, tree_budget=4)
+
+
+def test_engine_only_options_are_refused_in_transformers_dflash_loop():
+    target, drafter = pair()
+    common = dict(input_ids=random_prompt(0, 4), max_new_tokens=4, assistant_model=drafter, speculation_type="dflash")
+    with pytest.raises(ValueError, match="`tree_budget` with a DFlash drafter run on blockpilot's engine only"):
+        target.generate(**common, tree_budget=4)
+    with pytest.raises(ValueError, match="`prompt_lookup_num_tokens` with a DFlash drafter run on blockpilot"):
+        target.generate(**common, prompt_lookup_num_tokens=4)
