@@ -171,7 +171,9 @@ def speculative_generate(
         # 2. Draft: copy from the text so far (prompt lookup), else one drafter pass (a chain of k-1 tokens, or a
         #    tree of up to `tree_budget` nodes), else nothing (plain decoding).
         t0 = device_clock(device)
-        copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1)) if room > 1 else []
+        copied = []
+        if lookup_tokens and room > 1:
+            copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1))
         tree = None
         if copied:
             drafts, q, source = copied, None, "lookup"
