@@ -167,34 +167,49 @@ def sequence_loss(
 
 
 @torch.no_grad()
-def validation_tau(
-    drafter, embed, lm_head, cache: FeatureCache, sequences: list[TrainingSequence], block_size: int
-) -> float:
-    """Mean acceptance length of greedy decoding replayed on the target's own answers (teacher-forced features)."""
-    lengths = []
-    for seq in sequences:
-        S, (features, _) = len(seq.tokens), cache.get(seq.id, seq.tokens[None])
-        anchors = torch.arange(seq.response_start, S - 1)
-        matched = torch.zeros(S, dtype=torch.long)
-        for chunk in anchors.split(32):
-            batch = build_blocks(
-                seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start
-            )
-            noise = embed(batch.block_ids)  # (a, K, H)
-            hidden = drafter(
-                noise,
-                features[None].to(noise.dtype),
-                position_ids=batch.position_ids,
-                attention_mask=batch.attention_mask,
-            ).last_hidden_state
-            drafts = lm_head(hidden[:, 1:]).argmax(-1)  # (a, K-1)
-            ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
-            matched[chunk] = ok.sum(dim=1)
-        p = seq.response_start
-        while p < S - 1:
-            lengths.append(int(matched[p]) + 1)
-            p += int(matched[p]) + 1
-    return mean_acceptance_length(lengths)
+def acceptance_lengths(
+    drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, cache: FeatureCache, seq, block_size: int
+) -> list[int]:
+    """Acceptance lengths of greedy decoding replayed on one of the target's own answers (teacher-forced
+    features): from the response start, each step accepts the drafts that equal the answer, plus one token.
+    `head` (V', H) are the LM-head rows the drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
+    S, (features, _) = len(seq.tokens), cache.get(seq.id, seq.tokens[None])
+    anchors = torch.arange(seq.response_start, S - 1)
+    matched = torch.zeros(S, dtype=torch.long)
+    for chunk in anchors.split(32):
+        batch = build_blocks(
+            seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start
+        )
+        noise = embed(batch.block_ids)  # (a, K, H)
+        hidden = drafter(
+            noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
+        ).last_hidden_state
+        best = (hidden[:, 1:] @ head.T).argmax(-1)  # (a, K-1)
+        drafts = best if vocab_ids is None else vocab_ids[best]
+        ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
+        matched[chunk] = ok.sum(dim=1)
+    lengths, p = [], seq.response_start
+    while p < S - 1:
+        lengths.append(int(matched[p]) + 1)
+        p += int(matched[p]) + 1
+    return lengths
+
+
+def validation_taus(
+    drafter, embed, head, vocab_ids, cache: FeatureCache, val_by_source: dict[str, list], sizes, per_source_size: int
+) -> dict[str, float]:
+    """`val_tau_b{size}` over every validation answer for each size, and `val_tau_b{per_source_size}/{source}`
+    per data source (one replay per answer and size)."""
+    record = {}
+    for size in sorted(set(sizes)):
+        by_source = {
+            source: [n for seq in seqs for n in acceptance_lengths(drafter, embed, head, vocab_ids, cache, seq, size)]
+            for source, seqs in val_by_source.items()
+        }
+        record[f"val_tau_b{size}"] = mean_acceptance_length([n for lengths in by_source.values() for n in lengths])
+        if size == per_source_size:
+            record.update({f"val_tau_b{size}/{s}": mean_acceptance_length(n) for s, n in by_source.items()})
+    return record
 
 
 def frequent_tokens(sequences: list[TrainingSequence], n: int, vocab: int) -> torch.Tensor:
@@ -231,9 +246,10 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     vocab = embed.weight.shape[0]
     vocab_map, keep = None, None
     if cfg.loss_vocab_size:
-        keep = frequent_tokens(train, cfg.loss_vocab_size, vocab)
-        vocab_map = torch.full((vocab,), -100, dtype=torch.long)
-        vocab_map[keep] = torch.arange(len(keep))
+        keep = frequent_tokens(train, cfg.loss_vocab_size, vocab).to(accelerator.device)
+        vocab_map = torch.full((vocab,), -100, dtype=torch.long, device=accelerator.device)
+        vocab_map[keep] = torch.arange(len(keep), device=accelerator.device)
+    head = lm_head.weight if keep is None else lm_head.weight[keep]  # (V', H): the rows drafts come from
     total_steps = max(1, math.ceil(cfg.epochs * len(train) / cfg.sequences_per_step))
     optimizer = torch.optim.AdamW(drafter.parameters(), lr=cfg.lr, weight_decay=0.0, betas=(0.9, 0.95))
     # Linear warmup, then cosine decay to 0; its state is checkpointed with the rest (accelerate `save_state`).
@@ -256,7 +272,6 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             idx = (step * cfg.sequences_per_step + j) * accelerator.num_processes + accelerator.process_index
             seq = train[order[idx % len(train)]]
             features, predictions = cache.get(seq.id, seq.tokens[None].to(accelerator.device))
-            head = lm_head.weight if keep is None else lm_head.weight[keep]
             with accelerator.autocast():
                 loss, acc = sequence_loss(
                     drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator
@@ -282,12 +297,8 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             drafter.eval()
             model = accelerator.unwrap_model(drafter)
             record.update(
-                {f"val_tau_b{b}": validation_tau(model, embed, lm_head, cache, val, b) for b in (4, 8, cfg.block_size)}
+                validation_taus(model, embed, head, keep, cache, val_by_source, (4, 8, cfg.block_size), cfg.block_size)
             )
-            for source, seqs in val_by_source.items():  # per domain, at the training block size
-                record[f"val_tau_b{cfg.block_size}/{source}"] = validation_tau(
-                    model, embed, lm_head, cache, seqs, cfg.block_size
-                )
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:

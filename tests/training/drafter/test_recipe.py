@@ -107,6 +107,8 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_s
     first, last = (sum(m["loss"] for m in part) / len(part) for part in (metrics[:5], metrics[-5:]))
     assert last < 0.8 * first
     assert any("val_tau_b4" in m for m in metrics)
+    validated = next(m for m in metrics if "val_tau_b4" in m)
+    assert validated["val_tau_b4/t"] == validated["val_tau_b4"]  # one source: its tau is the overall one
     drafter = DFlashDrafter.from_pretrained(final)
     assert drafter.config.block_size == 4 and drafter.config.mask_token_id == MASK_ID
     steps = len(metrics)
