@@ -120,7 +120,7 @@ def documented_command_lines() -> list[str]:
     for path in sources:
         text = re.sub(r"\\\n\s*", " ", path.read_text(encoding="utf-8"))
         for line in text.splitlines():
-            line = line.split(" #")[0].strip().strip("`")
+            line = line.split(" #")[0].strip().lstrip("`").split("`")[0]  # an inline `command` ends at its backtick
             match = re.match(r"^(?:accelerate launch .*?-m blockpilot_hf\.cli|blockpilot) ([a-z-]+\b.*)$", line)
             if match and match.group(1).split()[0] in NAMES and "..." not in line and " | " not in line:
                 found.append(match.group(1))
@@ -161,3 +161,10 @@ def test_the_public_api_still_imports_from_the_lazy_package():
     assert blockpilot_hf.embedded.load_target  # submodules by attribute, as the model cards use them
     with pytest.raises(AttributeError, match="no attribute 'nothing_here'"):
         blockpilot_hf.nothing_here  # noqa: B018
+
+
+def test_regenerate_names_a_missing_prompt_file_before_loading_anything(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["regenerate", "--out", "r.jsonl", "--sources", "gsm8k,no/such/prompts.jsonl"])
+    assert exit_info.value.code == 2
+    assert "--sources: no such prompt file: no/such/prompts.jsonl" in capsys.readouterr().err

@@ -31,6 +31,9 @@ def run_train(config: DrafterTrainingConfig) -> None:
 
 
 def run_regenerate(config: RegenerateConfig) -> None:
+    missing = [source for source in config.sources if source.endswith(".jsonl") and not Path(source).is_file()]
+    if missing:
+        raise UsageError(f"--sources: no such prompt file: {', '.join(missing)}")
     import torch
 
     from ...embedded import load_target

@@ -7,7 +7,6 @@ This module imports no torch, so `blockpilot --help` stays fast.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from ...data import DATASETS, SPLITS
 
@@ -18,11 +17,11 @@ DTYPES = ("float32", "bfloat16", "float16")
 def _check_sources(sources: list[str], allowed, what: str) -> None:
     if not sources:
         raise ValueError("--sources is empty: name at least one source.")
-    unknown = [s for s in sources if s not in allowed and not (s.endswith(".jsonl") and Path(s).is_file())]
+    unknown = [s for s in sources if s not in allowed and not s.endswith(".jsonl")]
     if unknown:
         raise ValueError(
             f"--sources: {', '.join(unknown)} cannot be used for {what}; choose from {sorted(allowed)} "
-            "or give an existing prompt .jsonl file."
+            "or give a prompt .jsonl file."
         )
 
 
