@@ -50,7 +50,7 @@ class BenchConfig:
     arms: list[str] = field(
         default_factory=lambda: list(RUN_ARMS),
         metadata={
-            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot, lookup, hybrid"
+            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot, tree, lookup, hybrid"
         },
     )
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})
