@@ -115,7 +115,9 @@ def test_stop_strings_without_a_tokenizer(target, drafter):
 
 
 def test_block_size_without_a_dflash_drafter(target):
-    with pytest.raises(ValueError, match=r"`block_size` / `block_policy` / `tree_budget` need a DFlashDrafter as `assistant_model`"):
+    with pytest.raises(
+        ValueError, match=r"`block_size` / `block_policy` / `tree_budget` need a DFlashDrafter as `assistant_model`"
+    ):
         target.generate(input_ids=random_prompt(0, 5), max_new_tokens=3, block_size=4)
     with pytest.raises(ValueError, match=r"need a DFlashDrafter"):
         target.generate(input_ids=random_prompt(0, 5), max_new_tokens=3, block_policy="fixed:4")
