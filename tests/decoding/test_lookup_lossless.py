@@ -3,21 +3,14 @@ greedy output token-identical to plain `generate`, with EOS and max_new_tokens i
 
 from __future__ import annotations
 
-import functools
-
 import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import plain_greedy, random_prompt
+from tests.decoding.test_greedy_lossless import pair
 
 FAST = settings(deadline=None, max_examples=25, derandomize=True)
-
-
-@functools.cache
-def pair():
-    target = tiny_target(seed=0)
-    return target, tiny_drafter(target, block_size=8)
 
 
 def repetitive_prompt(seed: int, chunk: int, repeats: int) -> torch.Tensor:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -12,14 +10,9 @@ from transformers import DynamicCache
 
 from blockpilot_hf.decoding.tree import DraftTree, build_tree, keep_cache_positions, tree_attention_mask
 from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
+from tests.decoding.test_greedy_lossless import pair
 
 FAST = settings(deadline=None, max_examples=25, derandomize=True)
-
-
-@functools.cache
-def pair():
-    target = tiny_target(seed=0)
-    return target, tiny_drafter(target, block_size=8)
 
 
 def path_logprob(tree: DraftTree, logp: torch.Tensor, node: int) -> float:
