@@ -31,3 +31,23 @@ def test_quickstart_notebook_runs_on_the_embedded_default(tmp_path):
     outputs = "".join(o.get("text", "") for cell in notebook.cells if cell.cell_type == "code" for o in cell.outputs)
     assert "identical to plain generate: True" in outputs
     assert (tmp_path / "blockpilot-bench" / "results.json").is_file()
+
+
+def test_install_cell_builds_the_requirement_for_each_source():
+    """The first code cell installs from a package name, a git URL or a wheel path (run here without installing:
+    blockpilot_hf is importable, so the cell only defines `requirement` and prints versions)."""
+    import nbformat
+
+    cell = next(c for c in nbformat.read(NOTEBOOK, as_version=4).cells if c.cell_type == "code")
+    namespace: dict = {}
+    exec(cell.source, namespace)
+    requirement = namespace["requirement"]
+    assert requirement("blockpilot-hf") == "blockpilot-hf[data,plots]"
+    assert (
+        requirement("git+https://host/o/blockpilot-hf.git")
+        == "blockpilot-hf[data,plots] @ git+https://host/o/blockpilot-hf.git"
+    )
+    assert (
+        requirement("dist/blockpilot_hf-0.1.0-py3-none-any.whl")
+        == "dist/blockpilot_hf-0.1.0-py3-none-any.whl[data,plots]"
+    )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from ..cards import render_template, yaml_front_matter
+from ..cards import CardResult, card_metadata, location_hint, render_template
 from ..constants import CARD_NAME
 from .modeling import DFlashDrafter
 
@@ -12,13 +12,28 @@ TAGS = ("dflash", "speculative-decoding", "blockpilot", "drafter")
 
 
 def write_drafter_card(
-    drafter: DFlashDrafter, folder: Path, training: str, results: dict[str, float], results_text: str, target_alias: str
+    drafter: DFlashDrafter,
+    folder: Path,
+    training: str,
+    results: dict[str, float],
+    results_text: str,
+    target_alias: str,
+    repo_id: str | None = None,
 ) -> Path:
-    """Write README.md into `folder`: YAML metadata (base model, tags, license, results) and the description."""
+    """Write README.md into `folder`: Hub metadata (base model, tags, license, model-index with `results`, each
+    measured teacher-forced on held-out answers) and the description; `repo_id` names the Hub repo, if any."""
     cfg = drafter.config
     text = render_template(
         "dflash_drafter.md",
-        metadata=yaml_front_matter("blockpilot-hf", cfg.target_model_id, TAGS, results.items()),
+        metadata=card_metadata(
+            Path(folder).name,
+            cfg.target_model_id,
+            TAGS,
+            (
+                CardResult(k, v, "held-out greedy answers of the target", "drafting (teacher-forced)")
+                for k, v in results.items()
+            ),
+        ),
         name=Path(folder).name,
         target_id=cfg.target_model_id or "unknown",
         target_alias=target_alias,
@@ -35,7 +50,7 @@ def write_drafter_card(
             if cfg.draft_vocab_size
             else "the target's full vocabulary"
         ),
-        repo_hint=str(folder),
+        location=location_hint(folder, repo_id),
         training=training,
         results=results_text,
     )

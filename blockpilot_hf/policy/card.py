@@ -1,15 +1,16 @@
-"""The model card of a policy folder: YAML metadata (library, base model, tags, license, results) + a README."""
+"""The model card of a policy folder: Hub metadata (library, base model, tags, license, model-index) + a README."""
 
 from __future__ import annotations
 
-from ..cards import render_template, yaml_front_matter
+from ..cards import CardResult, card_metadata, render_template
 from .config import BlockPolicyConfig
 
 TAGS = ("blockpilot", "dflash", "speculative-decoding", "block-size-policy")
 
 
-def _yaml_metadata(config: BlockPolicyConfig) -> str:
-    return yaml_front_matter("blockpilot-hf", config.target_id, TAGS, ((r.name, r.value) for r in config.results))
+def _metadata(config: BlockPolicyConfig) -> str:
+    results = (CardResult(r.name, r.value, r.note or "held-out prompts", "block-size choice") for r in config.results)
+    return card_metadata(config.name, config.target_id, TAGS, results)
 
 
 def results_table(config: BlockPolicyConfig) -> str:
@@ -20,8 +21,9 @@ def results_table(config: BlockPolicyConfig) -> str:
     return "\n".join(rows)
 
 
-def render_card(config: BlockPolicyConfig, num_parameters: int) -> str:
-    """Fill the template in `hub_cards/blockpilot_policy.md` from the config."""
+def render_card(config: BlockPolicyConfig, num_parameters: int, location: str) -> str:
+    """Fill the template in `hub_cards/blockpilot_policy.md` from the config; `location` is the Python expression
+    the Use snippet loads the policy by (see `cards.location_hint`)."""
     spec = config.features
     cost = config.cost
     cost_desc = (
@@ -32,7 +34,7 @@ def render_card(config: BlockPolicyConfig, num_parameters: int) -> str:
     )
     return render_template(
         "blockpilot_policy.md",
-        metadata=_yaml_metadata(config),
+        metadata=_metadata(config),
         name=config.name,
         target_id=config.target_id or "unknown",
         drafter_id=config.drafter_id or "unknown",
@@ -46,6 +48,6 @@ def render_card(config: BlockPolicyConfig, num_parameters: int) -> str:
         ),
         temperature=config.temperature,
         cost_desc=cost_desc,
-        repo_hint=config.name,
+        location=location,
         results_table=results_table(config),
     )

@@ -119,10 +119,12 @@ class BlockPolicy(nn.Module):
         check_policy_compatible(self.config, target, drafter)
 
     # ---- save / load / Hub ------------------------------------------------------------------------------------
-    def save_pretrained(self, folder: str | Path) -> Path:
-        """Write config.json, model.safetensors and a README.md model card to `folder`."""
+    def save_pretrained(self, folder: str | Path, repo_id: str | None = None) -> Path:
+        """Write config.json, model.safetensors and a README.md model card to `folder` (its Use snippet loads
+        `repo_id` when given: the Hub repo the folder is pushed to)."""
         from safetensors.torch import save_file
 
+        from ..cards import location_hint
         from .card import render_card
 
         folder = Path(folder)
@@ -130,7 +132,9 @@ class BlockPolicy(nn.Module):
         self.config.save(folder / POLICY_CONFIG_NAME)
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(folder / POLICY_WEIGHTS_NAME), metadata={"format": "pt"})
-        (folder / CARD_NAME).write_text(render_card(self.config, self.num_parameters()), encoding="utf-8")
+        (folder / CARD_NAME).write_text(
+            render_card(self.config, self.num_parameters(), location_hint(folder, repo_id)), encoding="utf-8"
+        )
         return folder
 
     @classmethod
@@ -168,6 +172,6 @@ class BlockPolicy(nn.Module):
         api = HfApi()
         url = api.create_repo(repo_id, private=private, exist_ok=True)
         with tempfile.TemporaryDirectory() as tmp:
-            self.save_pretrained(tmp)
+            self.save_pretrained(tmp, repo_id=repo_id)
             api.upload_folder(repo_id=repo_id, folder_path=tmp, commit_message=commit_message)
         return str(url)

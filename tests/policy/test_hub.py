@@ -39,10 +39,17 @@ def test_card_lists_base_model_and_results(task, tmp_path):
     policy = BlockPolicy.from_pretrained(task.policy_dir)
     policy.config.target_id = "HuggingFaceTB/SmolLM2-135M-Instruct"
     policy.config.results = [MeasuredResult("blockpilot regret vs oracle", 0.0123, "12 prompts")]
-    card = (policy.save_pretrained(tmp_path / "p") / "README.md").read_text()
-    front = card.split("---")[1]
-    assert "base_model:\n- HuggingFaceTB/SmolLM2-135M-Instruct" in front
-    assert "value: 0.0123" in front and "| blockpilot regret vs oracle | 0.0123 | 12 prompts |" in card
+    folder = policy.save_pretrained(tmp_path / "p", repo_id="someone/my-policy")
+    card = huggingface_hub.ModelCard.load(folder / "README.md")
+    assert card.data.base_model == "HuggingFaceTB/SmolLM2-135M-Instruct"
+    [result] = card.data.eval_results
+    assert (result.metric_name, result.metric_value, result.dataset_name) == (
+        "blockpilot regret vs oracle",
+        0.0123,
+        "12 prompts",
+    )
+    assert "| blockpilot regret vs oracle | 0.0123 | 12 prompts |" in card.text
+    assert "policy = 'someone/my-policy'" in card.text  # the Use snippet loads the Hub repo it is pushed to
 
 
 def test_load_by_hub_id_offline_from_cache(task, offline_cache):
