@@ -1,7 +1,7 @@
 """The `blockpilot` command line: every subcommand is a `Command` (config dataclasses + a run function) listed here.
 
-    blockpilot demo | bench | collect | train-policy | evaluate-policy | calibrate | regenerate | text-data |
-        train-drafter
+    blockpilot demo | bench | make-policy | collect | train-policy | evaluate-policy | calibrate | regenerate |
+        self-instruct | text-data | train-drafter
     accelerate launch -m blockpilot_hf.cli collect ...   # the same commands under a launcher
 
 Building the parser imports no torch: the command modules import it inside their run functions, so

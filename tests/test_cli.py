@@ -13,13 +13,14 @@ from pathlib import Path
 import pytest
 
 from blockpilot_hf.cli import COMMANDS, build_parser, main
-from blockpilot_hf.cli_args import configs_from_args
+from blockpilot_hf.cli_args import command_line, configs_from_args
 from blockpilot_hf.training.drafter.config import RegenerateConfig
 
 ROOT = Path(__file__).resolve().parents[1]
 NAMES = [
     "demo",
     "bench",
+    "make-policy",
     "collect",
     "train-policy",
     "evaluate-policy",
@@ -111,6 +112,24 @@ def test_regenerate_takes_prompt_files_as_sources(tmp_path):
     command = next(c for c in COMMANDS if c.name == "regenerate")
     (config,) = configs_from_args(command, build_parser().parse_args(argv))
     assert config == RegenerateConfig(out="r.jsonl", sources=["gsm8k", str(prompts)], batch_size=48, dtype="bfloat16")
+
+
+@pytest.mark.parametrize(
+    "line",
+    [
+        "make-policy --target t --drafter d --limit 3 --block-sizes 4,2 --max-new-tokens 8 --out 'my dir' --epochs 5",
+        "regenerate --out r.jsonl --sources gsm8k,humaneval --batch-size 48 --dtype bfloat16",
+        "bench --arms baseline,lookup --limit 2",
+    ],
+)
+def test_command_line_rebuilds_the_configs(line):
+    """`command_line` (the record in make-policy's card) parses back into the very same configs."""
+    argv = shlex.split(line)
+    command = next(c for c in COMMANDS if c.name == argv[0])
+    configs = configs_from_args(command, build_parser().parse_args(argv))
+    rebuilt = shlex.split(command_line(argv[0], *configs))
+    assert rebuilt[0] == "blockpilot" and len(rebuilt) < len(argv) + 6  # only what differs from the defaults
+    assert configs_from_args(command, build_parser().parse_args(rebuilt[1:])) == configs
 
 
 def documented_command_lines() -> list[str]:

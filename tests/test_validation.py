@@ -8,9 +8,9 @@ import pytest
 import torch
 
 from blockpilot_hf import DFlashDrafter
-from blockpilot_hf.testing_utils import random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import random_prompt, tiny_drafter, tiny_target, write_zlab_folder
 from blockpilot_hf.validation import check_block_size, strip_left_padding
-from tests.drafter.test_checkpoints import offline_hub_cache, write_zlab_folder  # noqa: F401  (fixture)
+from tests.drafter.test_checkpoints import offline_hub_cache  # noqa: F401  (fixture)
 
 
 @pytest.fixture(scope="module")

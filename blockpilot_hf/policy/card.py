@@ -21,9 +21,9 @@ def results_table(config: BlockPolicyConfig) -> str:
     return "\n".join(rows)
 
 
-def render_card(config: BlockPolicyConfig, num_parameters: int, location: str) -> str:
+def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, details: str = "") -> str:
     """Fill the template in `hub_cards/blockpilot_policy.md` from the config; `location` is the Python expression
-    the Use snippet loads the policy by (see `cards.location_hint`)."""
+    the Use snippet loads the policy by (see `cards.location_hint`), `details` markdown added at the end."""
     spec = config.features
     cost = config.cost
     cost_desc = (
@@ -50,4 +50,5 @@ def render_card(config: BlockPolicyConfig, num_parameters: int, location: str) -
         cost_desc=cost_desc,
         location=location,
         results_table=results_table(config),
+        details=details,
     )

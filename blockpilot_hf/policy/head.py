@@ -119,9 +119,10 @@ class BlockPolicy(nn.Module):
         check_policy_compatible(self.config, target, drafter)
 
     # ---- save / load / Hub ------------------------------------------------------------------------------------
-    def save_pretrained(self, folder: str | Path, repo_id: str | None = None) -> Path:
-        """Write config.json, model.safetensors and a README.md model card to `folder` (its Use snippet loads
-        `repo_id` when given: the Hub repo the folder is pushed to)."""
+    def save_pretrained(self, folder: str | Path, repo_id: str | None = None, card_details: str = "") -> Path:
+        """Write config.json, model.safetensors and a README.md model card to `folder`. The card's Use snippet
+        loads `repo_id` when given (the Hub repo the folder is pushed to); `card_details` is markdown appended to
+        it (make-policy: the evaluation, plots and provenance)."""
         from safetensors.torch import save_file
 
         from ..cards import location_hint
@@ -133,7 +134,8 @@ class BlockPolicy(nn.Module):
         state = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
         save_file(state, str(folder / POLICY_WEIGHTS_NAME), metadata={"format": "pt"})
         (folder / CARD_NAME).write_text(
-            render_card(self.config, self.num_parameters(), location_hint(folder, repo_id)), encoding="utf-8"
+            render_card(self.config, self.num_parameters(), location_hint(folder, repo_id), card_details),
+            encoding="utf-8",
         )
         return folder
 

@@ -10,87 +10,15 @@ import huggingface_hub.constants
 import pytest
 import torch
 import transformers
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 import blockpilot_hf  # noqa: F401  (registers the dflash config and model with the Auto classes)
 from blockpilot_hf import DFlashConfig, DFlashDrafter
+from blockpilot_hf.testing_utils import write_zlab_folder
 
-HIDDEN, HEADS, KV_HEADS, HEAD_DIM, FFN, LAYERS, VOCAB = 32, 4, 2, 8, 48, 2, 64
+# write_zlab_folder's default shapes
+HIDDEN, HEADS, KV_HEADS, HEAD_DIM, LAYERS, VOCAB = 32, 4, 2, 8, 2, 64
 TARGET_LAYER_IDS = [1, 3, 5]
-
-
-def zlab_weight_names(layers: int) -> list[str]:
-    """z-lab's tensor names: 3 shared, 11 per layer; no embeddings, no LM head, no biases."""
-    per_layer = [
-        "input_layernorm",
-        "post_attention_layernorm",
-        "self_attn.q_proj",
-        "self_attn.k_proj",
-        "self_attn.v_proj",
-        "self_attn.o_proj",
-        "self_attn.q_norm",
-        "self_attn.k_norm",
-        "mlp.gate_proj",
-        "mlp.up_proj",
-        "mlp.down_proj",
-    ]
-    return ["fc.weight", "hidden_norm.weight", "norm.weight"] + [
-        f"layers.{i}.{name}.weight" for i in range(layers) for name in per_layer
-    ]
-
-
-def zlab_shape(name: str) -> tuple[int, ...]:
-    n_ctx = len(TARGET_LAYER_IDS)
-    shapes = {
-        "fc": (HIDDEN, n_ctx * HIDDEN),
-        "q_proj": (HEADS * HEAD_DIM, HIDDEN),
-        "k_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
-        "v_proj": (KV_HEADS * HEAD_DIM, HIDDEN),
-        "o_proj": (HIDDEN, HEADS * HEAD_DIM),
-        "q_norm": (HEAD_DIM,),
-        "k_norm": (HEAD_DIM,),
-        "gate_proj": (FFN, HIDDEN),
-        "up_proj": (FFN, HIDDEN),
-        "down_proj": (HIDDEN, FFN),
-    }
-    return shapes.get(name.split(".")[-2], (HIDDEN,))  # the norms not listed are (HIDDEN,)
-
-
-def write_zlab_folder(
-    folder: Path, seed: int = 0, dflash_extra: dict | None = None, **top_level
-) -> dict[str, torch.Tensor]:
-    """A z-lab-format checkpoint (config.json for remote code + model.safetensors); returns the tensors written."""
-    g = torch.Generator().manual_seed(seed)
-    tensors = {name: torch.randn(zlab_shape(name), generator=g) * 0.2 for name in zlab_weight_names(LAYERS)}
-    config = {
-        "architectures": ["DFlashDraftModel"],
-        "model_type": "qwen3",
-        "auto_map": {"AutoModel": "dflash.DFlashDraftModel"},
-        "hidden_size": HIDDEN,
-        "intermediate_size": FFN,
-        "num_hidden_layers": LAYERS,
-        "num_attention_heads": HEADS,
-        "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM,
-        "rms_norm_eps": 1e-6,
-        "rope_theta": 1e6,
-        "max_position_embeddings": 4096,
-        "attention_bias": False,
-        "vocab_size": VOCAB,
-        "dtype": "bfloat16",
-        "block_size": 16,
-        "num_target_layers": 8,
-        "dflash_config": {
-            "mask_token_id": VOCAB - 1,
-            "target_layer_ids": TARGET_LAYER_IDS,
-            **(dflash_extra or {}),
-        },
-        **top_level,
-    }
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(config))
-    save_file(tensors, str(folder / "model.safetensors"))
-    return tensors
 
 
 def assert_weights_equal(model: torch.nn.Module, tensors: dict[str, torch.Tensor]) -> None:

@@ -1,9 +1,10 @@
-"""The policy commands of `blockpilot`: collect, train-policy, evaluate-policy, calibrate.
+"""The policy commands of `blockpilot`: collect, train-policy, evaluate-policy, calibrate, make-policy.
 
     blockpilot collect --drafter embedded --prompts gsm8k:policy,humaneval:policy --out runs/collect
     blockpilot train-policy runs/collect --out policies/my-policy
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
     blockpilot calibrate --target smollm2 --drafter embedded
+    blockpilot make-policy --target Qwen/Qwen3-4B --drafter z-lab/Qwen3-4B-DFlash-b16 --out policies/qwen3-4b
 
 Options come from the config dataclasses in `config.py`; torch loads only once a command runs.
 """
@@ -14,8 +15,16 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ...cli_args import Command, checked
-from .config import CalibrateConfig, CollectConfig, CollectJob, EvaluatePolicyConfig, FitConfig, TrainPolicyJob
+from ...cli_args import Command, checked, command_line
+from .config import (
+    CalibrateConfig,
+    CollectConfig,
+    CollectJob,
+    EvaluatePolicyConfig,
+    FitConfig,
+    MakePolicyJob,
+    TrainPolicyJob,
+)
 
 
 def drafter_folder(name: str) -> Path:
@@ -36,15 +45,21 @@ def _load_pair(target_name: str, drafter_dir: Path):
     return enable(target), tokenizer, drafter
 
 
-def run_collect(job: CollectJob, config: CollectConfig) -> None:
-    drafter_dir = drafter_folder(job.drafter)  # before anything heavy loads
-    from .collect import collect, items_from_prompts, process_state
+def _collect_inputs(job: CollectJob):
+    """(target, drafter, items) on this process's device, the drafter folder checked before the target loads."""
+    drafter_dir = drafter_folder(job.drafter)
+    from .collect import items_from_prompts, process_state
 
-    state = process_state()
+    device = process_state().device
     target, tokenizer, drafter = _load_pair(job.target, drafter_dir)
-    target.to(state.device)
-    drafter.to(state.device)
-    items = items_from_prompts(tokenizer, job.prompts, job.limit)
+    return target.to(device), drafter.to(device), items_from_prompts(tokenizer, job.prompts, job.limit)
+
+
+def run_collect(job: CollectJob, config: CollectConfig) -> None:
+    from .collect import collect, process_state
+
+    target, drafter, items = _collect_inputs(job)
+    state = process_state()
     new = collect(target, drafter, items, Path(job.out), config)
     print(f"process {state.process_index}: collected {len(new)} new prompts into {job.out}")
 
@@ -65,6 +80,18 @@ def run_evaluate(config: EvaluatePolicyConfig) -> None:
     print(report.markdown())
 
 
+def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitConfig) -> None:
+    from .make import make_policy
+
+    command = command_line("make-policy", job, collect_config, fit)
+    if fit.name == FitConfig().name:  # unnamed: the policy is called after its folder
+        fit = dataclasses.replace(fit, name=Path(job.out).name)
+    target, drafter, items = _collect_inputs(job)
+    out = make_policy(target, drafter, items, job, collect_config, fit, command)
+    if out is not None:
+        print(f"wrote {out} (card: {out / 'README.md'})" + (f"; pushed to {job.push_to}" if job.push_to else ""))
+
+
 def run_calibrate(config: CalibrateConfig) -> None:
     drafter_dir = drafter_folder(config.drafter)  # before the target loads: a wrong path fails at once
     from ...policy.cost import calibrate, calibration_path
@@ -76,6 +103,12 @@ def run_calibrate(config: CalibrateConfig) -> None:
 
 
 COMMANDS = (
+    Command(
+        "make-policy",
+        "collect, train, evaluate and write (or push) a policy folder in one command",
+        run_make_policy,
+        (MakePolicyJob, CollectConfig, FitConfig),
+    ),
     Command(
         "collect",
         "decode prompts at every block size and record acceptance, timing, features",

@@ -57,6 +57,18 @@ class CollectJob:
             raise ValueError(f"--limit must be >= 1, got {self.limit}.")
 
 
+@dataclass(kw_only=True)
+class MakePolicyJob(CollectJob):
+    """`blockpilot make-policy`: collect's models, prompts and folder, and where to push the finished policy."""
+
+    prompts: str = field(
+        default="gsm8k:policy,humaneval:policy,mt-bench:policy",
+        metadata={"help": "comma-separated source:split list (split defaults to policy); a share is held out"},
+    )
+    out: str = field(metadata={"help": "policy folder to write (its collect/ subfolder makes reruns resume)"})
+    push_to: str | None = field(default=None, metadata={"help": "Hub repo id to upload the folder to; unset = none"})
+
+
 @dataclass
 class FitConfig:
     """Settings of `train-policy` (the CLI flags are built from these fields)."""
@@ -68,7 +80,10 @@ class FitConfig:
     projection_dim: int = field(default=32, metadata={"help": "shared projection width of each H-sized feature row"})
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
     choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
-    name: str = field(default="blockpilot-policy", metadata={"help": "policy name (stats, card)"})
+    name: str = field(
+        default="blockpilot-policy",
+        metadata={"help": "policy name (stats, card); make-policy names it after its folder when left as is"},
+    )
     seed: int = field(default=0, metadata={"help": "initialisation seed"})
 
     def __post_init__(self) -> None:

@@ -1,0 +1,183 @@
+r"""`blockpilot make-policy`: from a target and a drafter to a finished policy folder in one command.
+
+    blockpilot make-policy --target Qwen/Qwen3-4B --drafter z-lab/Qwen3-4B-DFlash-b16 \
+        --prompts gsm8k:policy,humaneval:policy,mt-bench:policy --block-sizes 1,2,4,8,12,16 \
+        --max-new-tokens 256 --out policies/qwen3-4b --push-to blockpilot/qwen3-4b
+    accelerate launch -m blockpilot_hf.cli make-policy ...   # collect sharded over GPUs; process 0 does the rest
+
+Steps: collect into OUT/collect (resumable: rerun the same command after a crash) -> fit the head on all prompts
+but a held-out share -> evaluate on the held-out prompts against the best fixed size, the drafter's training size,
+transformers' prompt lookup and the per-prompt oracle -> write OUT (config, weights, plots and a card with the
+results, the command, the hardware and the time) -> upload OUT without collect/ if `--push-to` is given
+(leave it out to keep the folder local).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from ...decoding.stats import device_clock, tokens_per_second
+from ...policy.cost import device_name
+from .collect import CollectItem, collect, process_state
+from .collected import PromptRecord, read_records
+from .config import CollectConfig, FitConfig, MakePolicyJob
+from .evaluate import EvaluationReport, evaluate_records, make_plots
+from .fit import fit_policy, split_records
+
+logger = logging.getLogger(__name__)
+
+COLLECT_DIR = "collect"  # inside OUT; local working data, never uploaded
+PLOTS_DIR = "plots"
+LOOKUP_TOKENS = 10  # transformers' prompt lookup: longest copied draft
+
+
+@dataclass
+class Timings:
+    """Wall-clock minutes of each stage, for the card."""
+
+    collect: float = 0.0
+    fit: float = 0.0
+    evaluate: float = 0.0
+
+    @property
+    def total(self) -> float:
+        return self.collect + self.fit + self.evaluate
+
+
+def geometric_mean(values: list[float]) -> float:
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def prompt_lookup_speedups(target, items: list[CollectItem], max_new_tokens: int) -> list[float]:
+    """Per prompt: tokens/s of transformers' prompt lookup over plain greedy `generate`, timed as one adjacent pair."""
+    speedups = []
+    gen = dict(max_new_tokens=max_new_tokens, do_sample=False)
+    for item in items:
+        input_ids = torch.tensor([item.input_ids], device=target.device)
+        rates = []
+        for extra in ({}, {"prompt_lookup_num_tokens": LOOKUP_TOKENS}):
+            start = device_clock(target.device)
+            with torch.inference_mode():
+                out = target.generate(input_ids=input_ids, **gen, **extra)
+            rates.append(tokens_per_second(out.shape[1] - input_ids.shape[1], device_clock(target.device) - start))
+        speedups.append(rates[1] / rates[0])
+    return speedups
+
+
+def measured_speedup(records: list[PromptRecord], sizes: list[int]) -> float:
+    """Geometric mean over prompts of tokens/s at the chosen size over plain generate's (both from collect)."""
+    ratios = [
+        r.run(b).tokens_per_second / tokens_per_second(r.plain_new_tokens, r.plain_time)
+        for r, b in zip(records, sizes, strict=True)
+    ]
+    return geometric_mean(ratios)
+
+
+def evaluation_section(report: EvaluationReport, heldout: list[PromptRecord], lookup: list[float]) -> str:
+    """The card's results: one row per method on the held-out prompts, then the plots."""
+    rows = [
+        f"## Evaluation on {len(heldout)} held-out prompts (collected like the training prompts, never trained on)",
+        "",
+        "| method | speed-up over plain `generate` (measured) | tau | picks the oracle's size | regret vs oracle |",
+        "|---|---|---|---|---|",
+    ]
+    for method, sizes in report.choices.items():
+        score = report.score(method)
+        rows.append(
+            f"| {method} | {measured_speedup(heldout, sizes):.2f}x | {score.tau:.2f} | {score.accuracy:.0%} | "
+            f"{score.regret:.3f} |"
+        )
+    rows.append(f"| prompt lookup (transformers, {LOOKUP_TOKENS} tokens) | {geometric_mean(lookup):.2f}x | | | |")
+    rows += [
+        "",
+        "Speed-ups are geometric means over prompts; regret = 1 - modelled throughput of the choice / the oracle's.",
+        "",
+        f"![block sizes chosen]({PLOTS_DIR}/best_sizes.png) ![tau vs block size]({PLOTS_DIR}/tau_vs_size.png) "
+        f"![predicted vs measured tau]({PLOTS_DIR}/predicted_vs_actual.png)",
+    ]
+    return "\n".join(rows)
+
+
+def provenance_section(command: str, hardware: str, timings: Timings, train: int, heldout: int) -> str:
+    import transformers
+
+    return "\n".join(
+        [
+            "## How it was made",
+            "",
+            f"- Command: `{command}`",
+            f"- Hardware: {hardware}; torch {torch.__version__}, transformers {transformers.__version__}",
+            f"- Time: {timings.total:.1f} min (collect {timings.collect:.1f}, fit {timings.fit:.1f}, "
+            f"evaluation {timings.evaluate:.1f})",
+            f"- Prompts: {train} trained on, {heldout} held out",
+        ]
+    )
+
+
+def make_policy(
+    target,
+    drafter,
+    items: list[CollectItem],
+    job: MakePolicyJob,
+    collect_config: CollectConfig,
+    fit: FitConfig,
+    command: str,
+) -> Path | None:
+    """Run every stage and write `job.out`; returns it on the main process (None on the other collect shards)."""
+    out = Path(job.out)
+    clock = time.perf_counter()
+    collect(target, drafter, items, out / COLLECT_DIR, collect_config)
+    if not process_state().is_main_process:
+        return None
+    timings = Timings(collect=(time.perf_counter() - clock) / 60)
+
+    clock = time.perf_counter()
+    meta, records = read_records(out / COLLECT_DIR)
+    train, heldout = split_records(records, fit.heldout_fraction)
+    if not heldout:
+        raise ValueError(
+            f"None of the {len(records)} prompts fell in the held-out share ({fit.heldout_fraction:.0%}); "
+            "collect more prompts (--limit) or raise --heldout-fraction."
+        )
+    policy = fit_policy(meta, train, fit)
+    timings.fit = (time.perf_counter() - clock) / 60
+
+    clock = time.perf_counter()
+    report = evaluate_records(policy, heldout, cost=policy.config.cost)
+    by_id = {item.prompt_id: item for item in items}
+    lookup = prompt_lookup_speedups(target, [by_id[r.prompt_id] for r in heldout], meta.max_new_tokens)
+    make_plots(policy, heldout, report, out / PLOTS_DIR)
+    timings.evaluate = (time.perf_counter() - clock) / 60
+
+    from ...policy.config import MeasuredResult
+
+    note = f"{len(heldout)} held-out prompts"
+    policy.config.results = [MeasuredResult(f"{h.method} {h.metric}", h.value, note) for h in report.headline()]
+    hardware = device_name(target.device)
+    details = evaluation_section(report, heldout, lookup) + "\n\n"
+    details += provenance_section(command, hardware, timings, len(train), len(heldout))
+    policy.save_pretrained(out, repo_id=job.push_to, card_details=details)
+    if job.push_to:
+        push_folder(out, job.push_to)
+    return out
+
+
+def push_folder(folder: Path, repo_id: str) -> str:
+    """Upload a make-policy folder as model repo `repo_id`, leaving the collect data behind; returns the URL."""
+    from huggingface_hub import HfApi
+
+    api = HfApi()
+    url = api.create_repo(repo_id, exist_ok=True)
+    api.upload_folder(
+        repo_id=repo_id,
+        folder_path=str(folder),
+        ignore_patterns=[f"{COLLECT_DIR}/*"],
+        commit_message="Upload BlockPilot policy (blockpilot make-policy)",
+    )
+    return str(url)

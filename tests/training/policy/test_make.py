@@ -1,0 +1,108 @@
+"""`blockpilot make-policy` end to end on a tiny Qwen3-architecture target with the real Qwen3 tokenizer and a
+z-lab-format drafter (mask id 151669): the folder it writes loads by path and by Hub id from an offline cache."""
+
+from __future__ import annotations
+
+import huggingface_hub
+import pytest
+import torch
+
+from blockpilot_hf import BlockPolicy, DFlashDrafter
+from blockpilot_hf.cli import main
+from blockpilot_hf.embedded import load_target
+from blockpilot_hf.generation import enable
+from blockpilot_hf.testing_utils import QWEN3_MASK_ID, write_tiny_qwen3_pair
+from tests.policy.conftest import offline_cache, populate  # noqa: F401  (fixture)
+
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
+
+PROMPTS = "gsm8k:policy,humaneval:policy"
+
+
+@pytest.fixture(scope="module")
+def made(tmp_path_factory):
+    """(target_dir, drafter_dir, policy folder) after one make-policy run (8 prompts, sizes 1-8, 6 tokens)."""
+    root = tmp_path_factory.mktemp("make")
+    target_dir, drafter_dir = write_tiny_qwen3_pair(root)
+    out = root / "policies" / "tiny-qwen3"
+    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
+    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
+    main([*argv, "--epochs", "20", "--out", str(out)])
+    return target_dir, drafter_dir, out
+
+
+def test_make_policy_writes_a_complete_folder(made):
+    target_dir, drafter_dir, out = made
+    files = {p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()}
+    assert {"config.json", "model.safetensors", "README.md"} <= files
+    assert {"plots/best_sizes.png", "plots/tau_vs_size.png", "plots/predicted_vs_actual.png"} <= files
+    assert any(f.startswith("collect/rows-") for f in files)
+    policy = BlockPolicy.from_pretrained(out)
+    assert policy.config.name == "tiny-qwen3" and policy.config.candidate_sizes == [1, 2, 4, 8]
+    assert DFlashDrafter.from_pretrained(drafter_dir).config.mask_token_id == QWEN3_MASK_ID
+
+    card = huggingface_hub.ModelCard.load(out / "README.md")
+    assert {r.metric_name for r in card.data.eval_results} >= {"blockpilot regret vs oracle"}
+    text = card.text
+    for row in ("| blockpilot |", "| oracle |", "| best-fixed:", "| training-size:8", "| prompt lookup (transformers"):
+        assert row in text, row
+    assert f"--target {target_dir}" in text and "make-policy" in text  # the exact command
+    assert "- Hardware: cpu-" in text and "- Time:" in text and "](plots/best_sizes.png)" in text
+
+
+def test_made_policy_loads_by_folder_and_by_hub_id_offline(made, offline_cache):  # noqa: F811
+    target_dir, drafter_dir, out = made
+    target, tokenizer = load_target(str(target_dir))
+    target = enable(target)
+    drafter = DFlashDrafter.from_pretrained(drafter_dir, dtype=target.dtype)
+    inputs = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "What is 2 + 2?"}],
+        add_generation_prompt=True,
+        return_tensors="pt",
+        return_dict=True,
+    )
+    plain = target.generate(**inputs, max_new_tokens=6, do_sample=False)
+    populate(offline_cache, out, repo="blockpilot-test/tiny-qwen3")
+    for policy in (str(out), "blockpilot-test/tiny-qwen3"):
+        got = target.generate(
+            **inputs,
+            max_new_tokens=6,
+            do_sample=False,
+            assistant_model=drafter,
+            block_policy=policy,
+            return_dict_in_generate=True,
+        )
+        assert torch.equal(got.sequences, plain)
+        assert got.blockpilot.block_size in (1, 2, 4, 8)
+
+
+def test_rerun_resumes_and_push_leaves_collect_behind(made, monkeypatch):
+    """A second run collects nothing new; --push-to uploads the folder without collect/."""
+    target_dir, drafter_dir, out = made
+    calls = {}
+
+    class FakeApi:
+        def create_repo(self, repo_id, exist_ok):
+            calls["create"] = repo_id
+            return f"https://huggingface.co/{repo_id}"
+
+        def upload_folder(self, **kwargs):
+            calls["upload"] = kwargs
+
+    monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
+    rows = sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl"))
+    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
+    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
+    main([*argv, "--epochs", "20", "--out", str(out), "--push-to", "someone/tiny-qwen3"])
+    assert sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl")) == rows
+    assert calls["create"] == "someone/tiny-qwen3"
+    assert calls["upload"]["folder_path"] == str(out) and calls["upload"]["ignore_patterns"] == ["collect/*"]
+    assert "policy = 'someone/tiny-qwen3'" in (out / "README.md").read_text()
+
+
+def test_too_few_prompts_for_a_heldout_share_is_explained(made, tmp_path):
+    target_dir, drafter_dir, _ = made
+    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", "gsm8k:policy"]
+    argv += ["--limit", "1", "--block-sizes", "1,2", "--max-new-tokens", "2", "--heldout-fraction", "0.01"]
+    with pytest.raises(ValueError, match="held-out share"):
+        main([*argv, "--out", str(tmp_path / "p")])
