@@ -81,8 +81,10 @@ def run_evaluate(config: EvaluatePolicyConfig) -> None:
 
 
 def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitConfig) -> None:
-    from .make import make_policy
+    from .make import make_policy, read_card_template
 
+    if job.card_template:  # a bad template fails before any model loads
+        checked("--card-template", lambda path: read_card_template(Path(path)), job.card_template)
     command = command_line("make-policy", job, collect_config, fit)
     if fit.name == FitConfig().name:  # unnamed: the policy is called after its folder
         fit = dataclasses.replace(fit, name=Path(job.out).name)

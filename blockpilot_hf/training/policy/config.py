@@ -67,6 +67,13 @@ class MakePolicyJob(CollectJob):
     )
     out: str = field(metadata={"help": "policy folder to write (its collect/ subfolder makes reruns resume)"})
     push_to: str | None = field(default=None, metadata={"help": "Hub repo id to upload the folder to; unset = none"})
+    card_template: str | None = field(
+        default=None,
+        metadata={
+            "help": "card to fill instead of the generic one (e.g. hub_cards/qwen3-4b/README.md): the results "
+            "replace its '<!-- make-policy: results -->' line and what follows; unset = the generic card"
+        },
+    )
 
 
 @dataclass

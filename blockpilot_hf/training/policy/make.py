@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...constants import CARD_NAME
 from ...decoding.stats import device_clock, tokens_per_second
 from ...policy.cost import device_name
 from .collect import CollectItem, collect, process_state
@@ -35,6 +36,7 @@ logger = logging.getLogger(__name__)
 COLLECT_DIR = "collect"  # inside OUT; local working data, never uploaded
 PLOTS_DIR = "plots"
 LOOKUP_TOKENS = 10  # transformers' prompt lookup: longest copied draft
+RESULTS_MARKER = "<!-- make-policy: results -->"  # where a card template (--card-template) takes the results
 
 
 @dataclass
@@ -163,9 +165,33 @@ def make_policy(
     details = evaluation_section(report, heldout, lookup) + "\n\n"
     details += provenance_section(command, hardware, timings, len(train), len(heldout))
     policy.save_pretrained(out, repo_id=job.push_to, card_details=details)
+    if job.card_template:
+        card = out / CARD_NAME
+        card.write_text(card_from_template(Path(job.card_template), card, details), encoding="utf-8")
     if job.push_to:
         push_folder(out, job.push_to)
     return out
+
+
+def read_card_template(path: Path) -> str:
+    """A card template's text; refused (ValueError) without the results marker make-policy fills."""
+    text = path.read_text(encoding="utf-8")
+    if RESULTS_MARKER not in text:
+        raise ValueError(f"{path} has no {RESULTS_MARKER!r} line: add it where the results should go.")
+    return text
+
+
+def card_from_template(template: Path, generated: Path, details: str) -> str:
+    """The template's card (its prose and metadata) with the generated card's `model-index` results and the
+    marker, and everything after it, replaced by `details`."""
+    from huggingface_hub import ModelCard
+
+    card = ModelCard(read_card_template(template))
+    produced = ModelCard.load(generated)
+    card.data.model_name = produced.data.model_name
+    card.data.eval_results = produced.data.eval_results
+    body = card.text.split(RESULTS_MARKER)[0].rstrip()
+    return f"---\n{card.data.to_yaml()}\n---\n{body}\n\n{details}\n"
 
 
 def push_folder(folder: Path, repo_id: str) -> str:

@@ -3,6 +3,9 @@ z-lab-format drafter (mask id 151669): the folder it writes loads by path and by
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
+
 import huggingface_hub
 import pytest
 import torch
@@ -12,11 +15,13 @@ from blockpilot_hf.cli import main
 from blockpilot_hf.embedded import load_target
 from blockpilot_hf.generation import enable
 from blockpilot_hf.testing_utils import QWEN3_MASK_ID, write_tiny_qwen3_pair
+from blockpilot_hf.training.policy.make import read_card_template
 from tests.policy.conftest import offline_cache, populate  # noqa: F401  (fixture)
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 PROMPTS = "gsm8k:policy,humaneval:policy"
+ROOT = Path(__file__).resolve().parents[3]
 
 
 @pytest.fixture(scope="module")
@@ -106,3 +111,38 @@ def test_too_few_prompts_for_a_heldout_share_is_explained(made, tmp_path):
     argv += ["--limit", "1", "--block-sizes", "1,2", "--max-new-tokens", "2", "--heldout-fraction", "0.01"]
     with pytest.raises(ValueError, match="held-out share"):
         main([*argv, "--out", str(tmp_path / "p")])
+
+
+def test_card_template_is_filled_with_the_results(made, tmp_path, caplog):
+    """hub_cards/qwen3-4b/README.md keeps its prose and metadata; the marker becomes the evaluation."""
+    target_dir, drafter_dir, out = made
+    template = ROOT / "hub_cards" / "qwen3-4b" / "README.md"
+    shutil.copytree(out / "collect", tmp_path / "p" / "collect")  # resume: nothing is collected again
+    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
+    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
+    main([*argv, "--epochs", "20", "--out", str(tmp_path / "p"), "--card-template", str(template)])
+    card = huggingface_hub.ModelCard.load(tmp_path / "p" / "README.md")
+    assert card.data.base_model == "Qwen/Qwen3-4B" and card.data.eval_results
+    assert "z-lab/Qwen3-4B-DFlash-b16" in card.text and "| prompt lookup (transformers" in card.text
+    assert "<!-- make-policy: results -->" not in card.text and "Not measured yet" not in card.text
+
+
+@pytest.mark.parametrize("size", ["4b", "8b"])
+def test_qwen3_card_templates_parse_and_hold_the_marker(size, caplog):
+    path = ROOT / "hub_cards" / f"qwen3-{size}" / "README.md"
+    with caplog.at_level("WARNING", logger="huggingface_hub"):
+        card = huggingface_hub.ModelCard.load(path)
+    assert not caplog.records
+    assert card.data.base_model == f"Qwen/Qwen3-{size.upper()}" and card.data.library_name == "blockpilot-hf"
+    assert read_card_template(path).count("<!-- make-policy: results -->") == 1
+
+
+def test_a_template_without_the_marker_is_refused_before_loading(made, tmp_path, capsys):
+    target_dir, drafter_dir, _ = made
+    (tmp_path / "card.md").write_text("# my card\n")
+    with pytest.raises(SystemExit):
+        main(
+            ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--out", str(tmp_path / "p")]
+            + ["--card-template", str(tmp_path / "card.md")]
+        )
+    assert "--card-template" in capsys.readouterr().err and not (tmp_path / "p").exists()
