@@ -57,7 +57,7 @@ def tiny_target(
         **config_overrides,
     )
     if arch == "qwen3":
-        model = Qwen3ForCausalLM(Qwen3Config(head_dim=hidden // heads, **common))
+        model = Qwen3ForCausalLM(Qwen3Config(**{"head_dim": hidden // heads, **common}))
     elif arch == "llama":
         model = LlamaForCausalLM(LlamaConfig(**common))
     else:
@@ -91,14 +91,35 @@ def tiny_drafter(target, seed: int = 1, block_size: int = 8, layers: int = 1, **
     return DFlashDrafter(DFlashConfig(**{**fields, **overrides})).to(target.dtype).eval()
 
 
-def cpu_sized_pair(seed: int = 0, block_size: int = 16):
-    """A ~60M-parameter random Qwen3 target (float32, enabled) and a 2-layer drafter: CPU-sized for benchmarks."""
-    target = tiny_target(
-        seed, dtype=torch.float32, vocab=32_000, layers=8, scale=1.0, hidden=512, intermediate=1536, heads=8, kv_heads=4
-    )
-    drafter = tiny_drafter(
-        target, seed=seed, block_size=block_size, layers=2, intermediate_size=1536, target_layer_ids=None
-    )
+# Random-weight targets for the engine benchmark: name -> (tiny_target arguments, drafter layers, drafter FFN)
+BENCH_SHAPES = {
+    # ~60M parameters: CPU-sized
+    "cpu-sized": (dict(vocab=32_000, layers=8, hidden=512, intermediate=1536, heads=8, kv_heads=4), 2, 1536),
+    # Qwen3-4B's shape, with a drafter shaped like z-lab's Qwen3-4B-DFlash-b16 (5 layers, 5 target layers read)
+    "qwen3-4b": (
+        dict(vocab=151_936, layers=36, hidden=2560, intermediate=9728, heads=32, kv_heads=8, head_dim=128),
+        5,
+        9728,
+    ),
+}
+
+
+def bench_pair(shape: str = "cpu-sized", seed: int = 0, block_size: int = 16, device="cpu", dtype=torch.float32):
+    """A random target of a `BENCH_SHAPES` shape (enabled) and a drafter for it, built on `device` in `dtype`."""
+    target_args, drafter_layers, drafter_ffn = BENCH_SHAPES[shape]
+    with torch.device(device):  # a 4B target is built where it runs, not on the CPU first
+        target = tiny_target(seed, dtype=dtype, scale=1.0, **target_args)
+        depth = target_args["layers"]
+        layer_ids = None if shape == "cpu-sized" else [1 + i * ((depth - 4) // 4) for i in range(5)]  # z-lab's
+        drafter = tiny_drafter(
+            target,
+            seed=seed,
+            block_size=block_size,
+            layers=drafter_layers,
+            intermediate_size=drafter_ffn,
+            target_layer_ids=layer_ids,
+            head_dim=target.config.head_dim,
+        )
     return target, drafter
 
 

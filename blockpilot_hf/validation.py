@@ -20,10 +20,16 @@ def target_num_layers(target) -> int:
 
 
 def check_compatible(target, drafter) -> None:
-    """Refuse a drafter made for another target: vocabulary, hidden size, depth, mask id."""
+    """Refuse a drafter made for another target (vocabulary, hidden size, depth, mask id) or on another device.
+    Another dtype is fine: the drafter runs in its own and its drafts are verified by the target in the target's."""
     cfg = drafter.config
     rows, hidden = target.get_input_embeddings().weight.shape
     name = getattr(target.config, "name_or_path", "the target")
+    if drafter.device != target.device:
+        raise ValueError(
+            f"The drafter is on {drafter.device} but the target is on {target.device}: move it with "
+            "`drafter.to(target.device)`."
+        )
     if cfg.hidden_size != hidden:
         raise ValueError(
             f"Drafter hidden size {cfg.hidden_size} != target hidden size {hidden} ({name}): this drafter was made for "

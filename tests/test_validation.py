@@ -241,3 +241,10 @@ def test_policy_against_records_of_another_setup():
         check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "hidden_size": 64}), "runs/heldout")
     with pytest.raises(ValueError, match=r"no runs at sizes \[4\] the policy can choose"):
         check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "block_sizes": [1, 2]}), "runs/heldout")
+
+
+def test_a_drafter_on_another_device_is_refused_with_the_fix():
+    target = tiny_target(dtype=torch.float32)
+    drafter = tiny_drafter(target).to("meta")  # any device but the target's
+    with pytest.raises(ValueError, match=r"drafter is on meta but the target is on cpu.*drafter\.to\(target\.device\)"):
+        target.generate(input_ids=random_prompt(0, 6), assistant_model=drafter, block_size=4, max_new_tokens=4)

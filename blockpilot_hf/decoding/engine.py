@@ -22,7 +22,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
-from .stats import GenerationStats, StepRecord, device_clock
+from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 from .tree import accept_tree, build_tree, keep_cache_positions, tree_attention_mask
 
 
@@ -165,12 +165,13 @@ def speculative_generate(
     want_hidden = drafter.hidden_state_indices if chosen > 1 else None
     text_start = prompt.shape[1] - input_ids.shape[1]  # prompt lookup searches the text after any padding
 
+    timer, marks = StepTimer(device), []  # draft and verify times per step, read after the loop (no GPU syncs)
     while not seq.done:
         room = max_length - seq.length  # never verify past the length limit
         anchor = seq.ids[:, -1:]
         # 2. Draft: copy from the text so far (prompt lookup), else one drafter pass (a chain of k-1 tokens, or a
         #    tree of up to `tree_budget` nodes), else nothing (plain decoding).
-        t0 = device_clock(device)
+        t0 = timer.mark()
         copied = []
         if lookup_tokens and room > 1:
             copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1))
@@ -188,7 +189,7 @@ def speculative_generate(
             source = "drafter"
         else:
             drafts, q, source = [], None, "target"
-        t1 = device_clock(device)
+        t1 = timer.mark()
         # 3. Verify anchor + drafts in one target pass; a tree's nodes sit at anchor position + depth and see
         #    only their ancestors.
         past = target_cache.get_seq_length()
@@ -211,7 +212,7 @@ def speculative_generate(
             committed = accept_greedy(torch.tensor(drafts, device=device), logits)
         else:
             committed = accept_point_mass(drafts, score_at, do_sample, generator)
-        t2 = device_clock(device)
+        t2 = timer.mark()
         # 5. Commit (stopping criteria token by token), then keep exactly the committed prefix in the target cache:
         #    crop a chain's rejected tail, gather a tree's accepted path.
         accepted = len(committed) - 1
@@ -225,10 +226,13 @@ def speculative_generate(
         if want_hidden:  # the drafter's next context: what it consumed is cached; keep the rest pending
             verified = drafter.context_features(hidden)[:, verified_rows]
             context = verified if source == "drafter" else torch.cat([context, verified], dim=1)
-        stats.steps.append(StepRecord(block.shape[1], accepted, kept, t1 - t0, t2 - t1, source))
+        stats.steps.append(StepRecord(block.shape[1], accepted, kept, 0.0, 0.0, source))
+        marks.append((t0, t1, t2))
 
     stats.new_tokens = seq.length - prompt.shape[1]
-    stats.total_time = device_clock(device) - start
+    stats.total_time = device_clock(device) - start  # waits for the device: every mark is now readable
+    for step, (t0, t1, t2) in zip(stats.steps, marks, strict=True):
+        step.draft_time, step.verify_time = timer.seconds(t0, t1), timer.seconds(t1, t2)
     if streamer is not None:
         streamer.end()
     return seq.ids.clone(), stats

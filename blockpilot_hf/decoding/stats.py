@@ -19,6 +19,25 @@ def device_clock(device: torch.device) -> float:
     return time.perf_counter()
 
 
+class StepTimer:
+    """Marks on the device's timeline, read as seconds once decoding is over: CUDA events on a GPU (recording one
+    does not wait for the GPU, so timing every step costs no synchronisation), `perf_counter` on a CPU."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        if not self.cuda:
+            return time.perf_counter()
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def seconds(self, start, end) -> float:
+        """Seconds from mark `start` to mark `end` (on CUDA, call after the device finished both)."""
+        return start.elapsed_time(end) / 1e3 if self.cuda else end - start
+
+
 def mean_acceptance_length(acceptance_lengths: Sequence[int]) -> float:
     """tau: the mean number of tokens one verifying target forward commits (accepted drafts + 1 per step).
 

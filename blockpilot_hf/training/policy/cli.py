@@ -50,8 +50,8 @@ def _collect_inputs(job: CollectJob):
     drafter_dir = drafter_folder(job.drafter)
     from .collect import items_from_prompts, process_state
 
-    device = process_state().device
     target, tokenizer, drafter = _load_pair(job.target, drafter_dir)
+    device = process_state().device
     return target.to(device), drafter.to(device), items_from_prompts(tokenizer, job.prompts, job.limit)
 
 

@@ -47,7 +47,7 @@ def test_a_missing_embedded_drafter_is_named(monkeypatch, tmp_path):
         resolve_drafter("embedded")
 
 
-@pytest.mark.parametrize("argv", [["collect", "--out", "unused"], ["calibrate"]])
+@pytest.mark.parametrize("argv", [["collect", "--out", "unused"], ["make-policy", "--out", "unused"], ["calibrate"]])
 @pytest.mark.parametrize("drafter", [[], ["--drafter", "embedded"]])
 def test_collect_and_calibrate_accept_the_embedded_drafter(no_model_loads, argv, drafter):
     with pytest.raises(Loaded) as loaded:
@@ -55,7 +55,9 @@ def test_collect_and_calibrate_accept_the_embedded_drafter(no_model_loads, argv,
     assert loaded.value.args[0] == EMBEDDED_DRAFTER_DIR
 
 
-@pytest.mark.parametrize("command", [["calibrate"], ["collect", "--out", "unused"], ["bench"]])
+@pytest.mark.parametrize(
+    "command", [["calibrate"], ["collect", "--out", "unused"], ["make-policy", "--out", "unused"], ["bench"]]
+)
 @pytest.mark.parametrize("kind", ["missing", "not-a-drafter"])
 def test_a_bad_drafter_path_is_a_usage_error_before_any_model_loads(
     no_model_loads, monkeypatch, tmp_path, capsys, command, kind

@@ -1,0 +1,53 @@
+"""On a CUDA device: lossless in float32, bfloat16 / float16 targets with a drafter in another dtype, and per-step
+timing with CUDA events (no device synchronisation per step). Skipped without CUDA; run with `-m gpu`
+(benchmarks/gpu_check.sh runs these and the engine-overhead benchmark on one prepared call)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
+
+
+def cuda_pair(dtype: torch.dtype, drafter_dtype: torch.dtype | None = None):
+    target = tiny_target(dtype=dtype).to("cuda")
+    drafter = tiny_drafter(target).to(device="cuda", dtype=drafter_dtype or dtype)
+    return target, drafter
+
+
+@pytest.mark.parametrize("block_size", [2, 4, 8])
+def test_greedy_is_token_identical_on_cuda(block_size):
+    target, drafter = cuda_pair(torch.float32)
+    prompt = random_prompt(0, 12).to("cuda")
+    plain = plain_greedy(target, prompt, 40)
+    out = target.generate(input_ids=prompt, assistant_model=drafter, block_size=block_size, max_new_tokens=40)
+    assert torch.equal(out, plain)
+
+
+@pytest.mark.parametrize(("dtype", "drafter_dtype"), [(torch.bfloat16, torch.bfloat16), (torch.float16, torch.float32)])
+def test_half_precision_targets_run_with_a_drafter_in_any_dtype(dtype, drafter_dtype):
+    target, drafter = cuda_pair(dtype, drafter_dtype)
+    prompt = random_prompt(1, 12).to("cuda")
+    out = target.generate(
+        input_ids=prompt, assistant_model=drafter, block_size=8, max_new_tokens=32, return_dict_in_generate=True
+    )
+    assert out.sequences.shape == (1, 44) and out.sequences.device.type == "cuda"
+    assert target.dtype == dtype and drafter.dtype == drafter_dtype  # nobody was cast in place
+
+
+def test_step_timing_uses_events_not_synchronisation(monkeypatch):
+    target, drafter = cuda_pair(torch.float32)
+    prompt = random_prompt(2, 12).to("cuda")
+    calls = []
+    real = torch.cuda.synchronize
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    out = target.generate(
+        input_ids=prompt, assistant_model=drafter, block_size=4, max_new_tokens=48, return_dict_in_generate=True
+    )
+    stats = out.blockpilot
+    assert len(stats.steps) > 5 and len(calls) <= 3  # start, after prefill, at the end: never per step
+    assert all(s.draft_time > 0 and s.verify_time > 0 for s in stats.steps)
+    assert sum(s.draft_time + s.verify_time for s in stats.steps) <= stats.total_time
