@@ -5,9 +5,9 @@ pip constraints, `name==floor`: installing with them tests that the floors in py
 """
 
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 from packaging.requirements import Requirement
 
 project = tomllib.loads((Path(__file__).resolve().parents[1] / "pyproject.toml").read_text())["project"]

@@ -14,11 +14,13 @@ import torch
 from transformers import StoppingCriteriaList, StopStringCriteria
 from transformers.generation.utils import GenerateDecoderOnlyOutput
 
+from .decoding.batch import batched_speculative_generate
 from .decoding.engine import speculative_generate
 from .decoding.stats import GenerationStats
 from .drafter import DFlashDrafter
 from .policy.resolve import resolve_block_policy
 from .validation import (
+    check_batch_options,
     check_compatible,
     check_drafting_options,
     check_generation_config,
@@ -33,9 +35,10 @@ _ENABLED = "_blockpilot_original_generate"
 
 @dataclass
 class BlockPilotGenerateOutput(GenerateDecoderOnlyOutput):
-    """`GenerateDecoderOnlyOutput` plus `blockpilot`: the per-request `GenerationStats`."""
+    """`GenerateDecoderOnlyOutput` plus `blockpilot`: the request's `GenerationStats`, or for a batch of several
+    rows a list with one `GenerationStats` per row (in row order)."""
 
-    blockpilot: GenerationStats | None = None
+    blockpilot: GenerationStats | list[GenerationStats] | None = None
 
 
 def enable(model):
@@ -139,13 +142,19 @@ def dflash_decoding(
             drafter.dtype,
             model.dtype,
         )
-    input_ids, padding = strip_left_padding(input_ids, model_kwargs.get("attention_mask"))
     if blockpilot_stop_strings:
         if blockpilot_tokenizer is None:
             raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
     check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
     block = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
+    if input_ids.shape[0] > 1:
+        return _generate_batch(
+            model, drafter, input_ids, model_kwargs.get("attention_mask"), block, logits_processor, stopping_criteria,
+            generation_config, blockpilot_streamer, blockpilot_tree_budget, blockpilot_draft_sampling,
+            blockpilot_lookup_tokens,
+        )  # fmt: skip
+    input_ids, padding = strip_left_padding(input_ids, model_kwargs.get("attention_mask"))
     sequences, stats = speculative_generate(
         model,
         drafter,
@@ -160,6 +169,35 @@ def dflash_decoding(
         padding=padding,
         lookup_tokens=blockpilot_lookup_tokens,
         tree_budget=blockpilot_tree_budget,
+    )
+    if generation_config.return_dict_in_generate:
+        return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)
+    return sequences
+
+
+def _generate_batch(
+    model, drafter, input_ids, attention_mask, block, logits_processor, stopping_criteria, generation_config,
+    streamer, tree_budget, draft_sampling, lookup_tokens,
+):  # fmt: skip
+    """Several left-padded rows in one batch (`decoding/batch.py`); `blockpilot` is a list of per-row stats."""
+    check_batch_options(model, streamer, tree_budget, draft_sampling, lookup_tokens)
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    pad = generation_config.pad_token_id
+    if pad is None:
+        eos = generation_config.eos_token_id
+        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
+    sequences, stats = batched_speculative_generate(
+        model,
+        drafter,
+        input_ids,
+        attention_mask,
+        block_size=block,
+        logits_processor=logits_processor,
+        stopping_criteria=stopping_criteria,
+        max_length=generation_config.max_length,
+        do_sample=bool(generation_config.do_sample),
+        pad_token_id=int(pad),
     )
     if generation_config.return_dict_in_generate:
         return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)

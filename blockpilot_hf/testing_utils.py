@@ -297,31 +297,56 @@ class OracleDrafter(DFlashDrafter):
     """Drafts `reference[pos]` for every block position `pos`; positions in `mistakes` get a wrong token.
 
     It runs the real drafter network (so its cost and cache handling are those of the real thing) and then
-    replaces the logits with one-hot rows for the known tokens.
+    replaces the logits with one-hot rows for the known tokens. In a batch, each row has its own reference; rows
+    that finished leave the batch in order, so each call matches the rows still drafting to the earlier ones by
+    their anchor token.
     """
 
-    reference: list[int]
+    reference: list[list[int]]
     mistakes: set[int]
+    rows: list[int]  # reference row of each batch row of the last call
 
     @classmethod
-    def from_drafter(cls, drafter: DFlashDrafter, reference: torch.Tensor, mistakes=()) -> OracleDrafter:
-        """`reference` (1, N): the full sequence (prompt + continuation) the target will produce."""
+    def from_drafter(
+        cls, drafter: DFlashDrafter, reference: torch.Tensor | list[list[int]], mistakes=()
+    ) -> OracleDrafter:
+        """`reference` (B, N) or B lists: per row the full sequence (prompt + continuation, no padding) the target
+        will produce."""
         oracle = cls(drafter.config).to(drafter.dtype)
         oracle.load_state_dict(drafter.state_dict())
-        oracle.reference = reference[0].tolist()
+        oracle.reference = [list(map(int, row)) for row in reference]
         oracle.mistakes = set(mistakes)
+        oracle.rows = list(range(len(oracle.reference)))
         return oracle.eval()
 
+    def _match_rows(self, anchors: list[int], positions: list[int]) -> list[int]:
+        """The reference row of each batch row: the next earlier row, in order, whose reference has the anchor."""
+        rows, j = [], 0
+        for token, pos in zip(anchors, positions, strict=True):
+            while not (pos < len(self.reference[self.rows[j]]) and self.reference[self.rows[j]][pos] == token):
+                j += 1
+            rows.append(self.rows[j])
+            j += 1
+        return rows
+
     @torch.no_grad()
-    def draft(self, embed, lm_head, anchor, context_hidden_states, block_size, cache):
-        anchor_pos = cache.get_seq_length() + context_hidden_states.shape[1]  # every earlier position is context
-        logits = super().draft(embed, lm_head, anchor, context_hidden_states, block_size, cache)
+    def draft(self, embed, lm_head, anchor, context_hidden_states, block_size, cache, **batch):
+        positions = batch.get("position_ids")
+        if positions is None:  # one row: every earlier position is context
+            anchor_positions = [cache.get_seq_length() + context_hidden_states.shape[1]]
+        else:
+            anchor_positions = positions[:, -block_size].tolist()
+        if len(self.reference) > 1:
+            self.rows = self._match_rows(anchor[:, 0].tolist(), anchor_positions)
+        logits = super().draft(embed, lm_head, anchor, context_hidden_states, block_size, cache, **batch)
         vocab = logits.shape[-1]
         forced = torch.full_like(logits, -1e4)
-        for i in range(block_size - 1):
-            pos = anchor_pos + 1 + i
-            token = self.reference[pos] if pos < len(self.reference) else 0
-            forced[0, i, (token + 1) % vocab if pos in self.mistakes else token] = 1e4
+        for b, (row, anchor_pos) in enumerate(zip(self.rows, anchor_positions, strict=True)):
+            reference = self.reference[row]
+            for i in range(block_size - 1):
+                pos = anchor_pos + 1 + i
+                token = reference[pos] if pos < len(reference) else 0
+                forced[b, i, (token + 1) % vocab if pos in self.mistakes else token] = 1e4
         return forced
 
 

@@ -11,6 +11,7 @@ import warnings
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache
 
 MAX_BLOCK_FACTOR = 4  # any block size up to 4x the drafter's training block size is accepted
 
@@ -190,11 +191,6 @@ def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
         raise ValueError(
             "num_return_sequences > 1 is not supported with a DFlash drafter; call generate once per sample."
         )
-    if input_ids.shape[0] != 1:
-        raise ValueError(
-            f"DFlash speculative decoding runs one request at a time, got a batch of {input_ids.shape[0]}: "
-            "call generate per prompt (or drop assistant_model for batched plain generation)."
-        )
     for flag in ("output_scores", "output_logits", "output_attentions", "output_hidden_states"):
         if getattr(generation_config, flag, False):
             raise ValueError(
@@ -202,6 +198,24 @@ def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
             )
     if generation_config.use_cache is False:
         raise ValueError("use_cache=False is not supported with a DFlash drafter: verification needs the KV cache.")
+
+
+def check_batch_options(target, streamer, tree_budget: int | None, draft_sampling: bool, lookup_tokens: int) -> None:
+    """A batch of several rows decodes chains of argmax drafts; refuse what only one row can do, saying so."""
+    asked = {
+        "streamer": streamer is not None,
+        "tree_budget": bool(tree_budget),
+        "draft_sampling": draft_sampling,
+        "prompt_lookup_num_tokens": bool(lookup_tokens),
+    }
+    if any(asked.values()):
+        names = ", ".join(f"`{name}`" for name, on in asked.items() if on)
+        raise ValueError(f"{names} need a batch of one row with a DFlash drafter; call generate per prompt for them.")
+    if any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=target.config).layers):
+        raise ValueError(
+            "Batches of several rows need a target without sliding-window attention (rejected drafts stay in its "
+            "cache as masked holes); call generate per prompt for this target."
+        )
 
 
 def strip_left_padding(

@@ -94,11 +94,6 @@ def test_block_policy_errors(target, drafter):
         generate(target, drafter, block_size=4, block_policy="fixed:4")
 
 
-def test_batch_of_two(target, drafter):
-    with pytest.raises(ValueError, match=r"one request at a time, got a batch of 2: call generate per prompt"):
-        generate(target, drafter, input_ids=torch.cat([random_prompt(0, 5), random_prompt(1, 5)]))
-
-
 def test_beam_search(target, drafter):
     with pytest.raises(ValueError, match=r"Beam search \(num_beams > 1\) cannot run with a DFlash drafter"):
         generate(target, drafter, num_beams=2)

@@ -270,18 +270,30 @@ class DFlashDrafter(DFlashPreTrainedModel):
         context_hidden_states: torch.Tensor,
         block_size: int,
         cache: Cache,
+        position_ids: torch.LongTensor | None = None,
+        attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Draft logits (1, block_size-1, V) for the positions after `anchor` (1, 1), given new context (1, C, n*H).
+        """Draft logits (B, block_size-1, V) for the positions after `anchor` (B, 1), given new context (B, C, n*H).
 
         Appends the new context K/V to `cache` and drops the block's K/V again, so the cache holds context only.
+        A batch passes per-row `position_ids` (B, C+K) and a key mask `attention_mask` (B, past+C+K) (holes of
+        rejected slots and of blocks shorter than K); one row needs neither.
         """
-        mask_ids = torch.full((1, block_size - 1), self.config.mask_token_id, dtype=anchor.dtype, device=anchor.device)
+        mask_ids = torch.full(
+            (anchor.shape[0], block_size - 1), self.config.mask_token_id, dtype=anchor.dtype, device=anchor.device
+        )
         noise_embeds = embed(torch.cat([anchor, mask_ids], dim=1))  # (1, K, H)
         # The drafter runs in its own dtype whatever the target's (a bf16 drafter for a float32 target): drafts
         # only decide how many target tokens one verify pass confirms, never which.
-        hidden = self(noise_embeds.to(self.dtype), context_hidden_states.to(self.dtype), cache=cache).last_hidden_state
+        hidden = self(
+            noise_embeds.to(self.dtype),
+            context_hidden_states.to(self.dtype),
+            position_ids=position_ids,
+            attention_mask=attention_mask,
+            cache=cache,
+        ).last_hidden_state
         cache.crop(-block_size)
-        hidden = hidden[:, 1:].to(lm_head.weight.dtype)  # (1, K-1, H)
+        hidden = hidden[:, 1:].to(lm_head.weight.dtype)  # (B, K-1, H)
         if self.draft_vocab_ids is None:
             return lm_head(hidden)
         # Only the drafter's vocabulary: reading the full head costs as much as a small target's forward on a CPU.
