@@ -10,11 +10,9 @@ Rerunning with the same --out resumes: finished runs in raw.jsonl are kept, only
 
 from __future__ import annotations
 
-import shlex
-import sys
 from pathlib import Path
 
-from ..cli_args import Command, checked
+from ..cli_args import Command, checked, command_line
 from ..constants import EMBEDDED
 from .config import BenchConfig
 
@@ -100,12 +98,34 @@ def run_bench(config: BenchConfig, models=None, command: str = ""):
     return report
 
 
+def run_batch_bench(config: BenchConfig, models=None, command: str = "") -> list:
+    """The batch benchmark (`--batch-size`): load, run every batch size, write batch.md/json/png into `config.out`."""
+    import torch
+
+    from .batch import run_batch_benchmark, write_batch_report
+
+    if config.threads > 0:
+        torch.set_num_threads(config.threads)
+    models = models or load_models(config)
+    eval_prompts, _ = load_bench_prompts(config)
+    runs = run_batch_benchmark(models, config, eval_prompts)
+    write_batch_report(runs, Path(config.out), command)
+    return runs
+
+
 def _run(config: BenchConfig) -> None:
     from ..embedded import resolve_drafter
+    from .batch import MARKDOWN_NAME as BATCH_MARKDOWN
     from .report import MARKDOWN_NAME
 
     checked("--drafter", resolve_drafter, config.drafter)
-    run_bench(config, command="blockpilot " + shlex.join(sys.argv[1:]))
+    command = command_line("bench", config)
+    if config.batch_size:
+        run_batch_bench(config, command=command)
+        print((Path(config.out) / BATCH_MARKDOWN).read_text(encoding="utf-8"))
+        print(f"wrote {config.out}/: batch.md, batch.json, batch_speedup.png")
+        return
+    run_bench(config, command=command)
     print((Path(config.out) / MARKDOWN_NAME).read_text(encoding="utf-8"))
     print(f"wrote {config.out}/: raw.jsonl, results.json, results.md, *.png")
 

@@ -65,6 +65,13 @@ class BenchConfig:
     tree_budget: int = field(
         default=16, metadata={"help": "drafted nodes per step of the tree arm (and of hybrid; 0 = hybrid uses chains)"}
     )
+    batch_size: list[int] = field(
+        default_factory=list,
+        metadata={
+            "help": "batch sizes to measure instead (e.g. 1,2,4,8): eval prompts in left-padded batches, greedy, "
+            "against plain batched generate (baseline, fixed and blockpilot arms); unset = one prompt at a time"
+        },
+    )
     repeats: int = field(
         default=1, metadata={"help": "timed runs per arm and prompt turn, interleaved; the median run is kept"}
     )
@@ -96,6 +103,8 @@ class BenchConfig:
         for name in ("limit", "max_new_tokens", "max_turns", "repeats"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if any(b < 1 for b in self.batch_size):
+            raise ValueError(f"batch sizes must be >= 1, got {self.batch_size}.")
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}.")
 

@@ -8,6 +8,7 @@ would say next; on the target's own greedy answers they equal the text itself.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import logging
 import pickle
 from collections.abc import Callable
@@ -36,8 +37,14 @@ class FeatureCache:
         self.root, self.target, self.layer_ids, self.autocast = Path(root), target, layer_ids, autocast
         self.root.mkdir(parents=True, exist_ok=True)
 
+    def path(self, key: str, input_ids: torch.Tensor) -> Path:
+        """The file of sequence `key` with exactly these tokens: a row regenerated under the same id (another
+        answer, another length) gets a new file instead of the old one's features."""
+        digest = hashlib.sha256(input_ids.cpu().numpy().tobytes()).hexdigest()[:16]
+        return self.root / f"{key.replace('/', '_')}-{digest}.pt"
+
     def get(self, key: str, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        path = self.root / f"{key.replace('/', '_')}.pt"
+        path = self.path(key, input_ids)
         if path.exists():
             item = _load(path)
             if item is not None:

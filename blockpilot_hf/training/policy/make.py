@@ -15,13 +15,13 @@ results, the command, the hardware and the time) -> upload OUT without collect/ 
 from __future__ import annotations
 
 import logging
-import math
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
+from ...bench.metrics import geometric_mean
 from ...constants import CARD_NAME
 from ...decoding.stats import device_clock, tokens_per_second
 from ...policy.cost import device_name
@@ -50,10 +50,6 @@ class Timings:
     @property
     def total(self) -> float:
         return self.collect + self.fit + self.evaluate
-
-
-def geometric_mean(values: list[float]) -> float:
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
 
 
 def prompt_lookup_speedups(target, items: list[CollectItem], max_new_tokens: int) -> list[float]:

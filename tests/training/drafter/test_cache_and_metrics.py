@@ -33,7 +33,7 @@ def test_a_damaged_feature_cache_file_is_recomputed(tmp_path, content):
     cache = FeatureCache(tmp_path, target, [0, 1])
     ids = random_prompt(0, 8)
     features, predictions = cache.get("t/0", ids)
-    path = tmp_path / "t_0.pt"
+    path = cache.path("t/0", ids)
     good = path.read_bytes()
     if content == "torn":
         content = good[: len(good) // 2]
@@ -48,6 +48,17 @@ def test_a_damaged_feature_cache_file_is_recomputed(tmp_path, content):
     torch.testing.assert_close(again[0], features)
     assert torch.equal(again[1], predictions)
     assert path.read_bytes() != content  # rewritten
+
+
+def test_the_same_id_with_other_tokens_is_another_cache_entry(tmp_path):
+    """A row regenerated under an old id (another answer) must not get the old answer's features."""
+    target = tiny_target(dtype=torch.float32)
+    cache = FeatureCache(tmp_path, target, [0, 1])
+    short, long = random_prompt(0, 8), random_prompt(1, 11)
+    assert cache.get("t/0", short)[0].shape[0] == 8
+    features, predictions = cache.get("t/0", long)
+    assert features.shape[0] == predictions.shape[0] == 11
+    assert cache.path("t/0", short) != cache.path("t/0", long) and cache.path("t/0", short).exists()
 
 
 def test_metrics_of_a_resumed_run_keep_the_last_of_each_step_and_skip_a_torn_line(tmp_path):
