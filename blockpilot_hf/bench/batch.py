@@ -68,7 +68,9 @@ def generated(sequences: torch.Tensor, prompt_width: int, eos: set[int]) -> list
     return rows
 
 
-def run_batch(models: BenchModels, arm: Arm, ids: torch.Tensor, mask: torch.Tensor, config: BenchConfig):
+def run_batch(
+    models: BenchModels, arm: Arm, ids: torch.Tensor, mask: torch.Tensor, config: BenchConfig, max_new_tokens=None
+):
     """(seconds, generated rows, block size per row) of one arm on one batch."""
     target = models.target
     kwargs = generate_kwargs(arm, models, 0.0, config)
@@ -77,7 +79,7 @@ def run_batch(models: BenchModels, arm: Arm, ids: torch.Tensor, mask: torch.Tens
         out = target.generate(
             input_ids=ids.to(target.device),
             attention_mask=mask.to(target.device),
-            max_new_tokens=config.max_new_tokens,
+            max_new_tokens=max_new_tokens or config.max_new_tokens,
             **kwargs,
         )
     seconds = device_clock(target.device) - start
@@ -107,6 +109,10 @@ def run_batch_benchmark(models: BenchModels, config: BenchConfig, prompts) -> li
         for i in range(0, len(group) - size + 1, size)
     ]
     runs: list[BatchRun] = []
+    if jobs:  # untimed warm-up of every arm (first calls pay for allocations and kernel choices)
+        ids, mask = left_padded(models.tokenizer, jobs[-1][1])
+        for arm in arms:
+            run_batch(models, arm, ids, mask, config, config.warmup_tokens)
     for size, batch in tqdm(jobs, desc="bench batches", unit="batch"):
         ids, mask = left_padded(models.tokenizer, batch)
         timed: dict[str, list] = {arm.name: [] for arm in arms}
@@ -115,7 +121,7 @@ def run_batch_benchmark(models: BenchModels, config: BenchConfig, prompts) -> li
                 timed[arm.name].append(run_batch(models, arm, ids, mask, config))
         reference = timed[BASELINE][0][1]
         for arm in arms:
-            seconds, rows, sizes = sorted(timed[arm.name], key=lambda r: r[0])[len(timed[arm.name]) // 2]
+            seconds, rows, sizes = sorted(timed[arm.name], key=lambda r: r[0])[(config.repeats - 1) // 2]  # median
             runs.append(
                 BatchRun(size, batch[0].source, batch[0].id, arm.name, sum(map(len, rows)), seconds,
                          rows == reference, sizes)
