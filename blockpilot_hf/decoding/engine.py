@@ -23,7 +23,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
-from .tree import accept_tree, build_tree, keep_cache_positions, tree_attention_mask
+from .tree import accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 
 
 @dataclass
@@ -132,7 +132,9 @@ def speculative_generate(
     is accepted by the same exact rules); other steps draft as above.
 
     `tree_budget` N verifies a draft tree of up to N nodes instead of the drafter's argmax chain (`tree.py`):
-    the most likely continuations under the drafter's per-position distributions, in one target pass.
+    the most likely continuations under the drafter's per-position distributions, in one target pass. With prompt
+    lookup on too, a copied continuation joins that tree as one more branch (up to `lookup_tokens` more nodes)
+    instead of replacing the drafter's step.
     """
     device = input_ids.device
     start = device_clock(device)
@@ -170,19 +172,20 @@ def speculative_generate(
         room = max_length - seq.length  # never verify past the length limit
         anchor = seq.ids[:, -1:]
         # 2. Draft: copy from the text so far (prompt lookup), else one drafter pass (a chain of k-1 tokens, or a
-        #    tree of up to `tree_budget` nodes), else nothing (plain decoding).
+        #    tree of up to `tree_budget` nodes, with the copy as one more branch), else nothing (plain decoding).
         t0 = timer.mark()
         copied = []
         if lookup_tokens and room > 1:
             copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1))
-        tree = None
-        if copied:
+        tree, lookup_nodes = None, set()
+        if copied and not (tree_budget and chosen > 1):
             drafts, q, source = copied, None, "lookup"
         elif chosen > 1 and room > 1:
             k = min(chosen, room)
             draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
-            if tree_budget:
+            if tree_budget:  # the drafter's best continuations, and prompt lookup's as one more branch
                 tree, q = build_tree(draft_logits, tree_budget), None
+                lookup_nodes = add_branch(tree, copied)
                 drafts = tree.tokens
             else:
                 drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
@@ -226,7 +229,8 @@ def speculative_generate(
         if want_hidden:  # the drafter's next context: what it consumed is cached; keep the rest pending
             verified = drafter.context_features(hidden)[:, verified_rows]
             context = verified if source == "drafter" else torch.cat([context, verified], dim=1)
-        stats.steps.append(StepRecord(block.shape[1], accepted, kept, 0.0, 0.0, source))
+        from_lookup = sum(node in lookup_nodes for node in path) if tree is not None else 0
+        stats.steps.append(StepRecord(block.shape[1], accepted, kept, 0.0, 0.0, source, from_lookup))
         marks.append((t0, t1, t2))
 
     stats.new_tokens = seq.length - prompt.shape[1]

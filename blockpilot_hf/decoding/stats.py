@@ -68,6 +68,7 @@ class StepRecord:
     draft_time: float
     verify_time: float
     source: str = "drafter"
+    lookup_accepted: int = 0  # of `accepted`, drafts on a tree's prompt-lookup branch (not the drafter's nodes)
 
     @property
     def acceptance_length(self) -> int:
@@ -116,7 +117,8 @@ class GenerationStats:
         counts = dict.fromkeys(DRAFT_SOURCES, 0)
         counts["target"] = 1 if self.new_tokens else 0
         for step in self.steps:
-            counts[step.source] += step.accepted
+            counts[step.source] += step.accepted - step.lookup_accepted
+            counts["lookup"] += step.lookup_accepted
             counts["target"] += 1
         return counts
 

@@ -71,6 +71,24 @@ def build_tree(draft_logits: torch.Tensor, budget: int, top_k: int = 8) -> Draft
     return tree
 
 
+def add_branch(tree: DraftTree, tokens: list[int]) -> set[int]:
+    """Add the chain `tokens` below the anchor as one more branch of `tree` (in place), following existing nodes
+    while they hold the same tokens (shared prefixes share positions); returns the nodes it added.
+
+    Prompt lookup's continuation joins the drafter's tree this way: one target pass verifies both."""
+    added, node = set(), 0
+    for depth, token in enumerate(tokens, start=1):
+        child = tree.children(node).get(token)
+        if child is None:
+            tree.tokens.append(token)
+            tree.parents.append(node)
+            tree.depths.append(depth)
+            child = len(tree)
+            added.add(child)
+        node = child
+    return added
+
+
 def tree_attention_mask(tree: DraftTree, past: int, dtype: torch.dtype, device) -> torch.Tensor:
     """(1, 1, N + 1, past + N + 1) additive mask: 0 where a node may attend (the cache, its ancestors, itself),
     the dtype's minimum elsewhere."""

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from blockpilot_hf.decoding.tree import DraftTree, build_tree, keep_cache_positions, tree_attention_mask
+from blockpilot_hf.decoding.tree import DraftTree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
 from tests.decoding.test_greedy_lossless import pair
 
@@ -57,6 +57,28 @@ def test_budget_d_with_top_1_is_the_argmax_chain():
     logits = torch.randn(5, 11, generator=torch.Generator().manual_seed(0))
     tree = build_tree(logits, budget=5, top_k=1)
     assert tree.tokens == logits.argmax(-1).tolist() and tree.parents == [0, 1, 2, 3, 4]
+
+
+def test_a_lookup_branch_shares_the_nodes_it_agrees_with():
+    tree = DraftTree(tokens=[5, 6, 7, 9], parents=[0, 1, 2, 0], depths=[1, 2, 3, 1])  # 5-6-7 and 9
+    added = add_branch(tree, [5, 6, 8, 4])  # agrees with 5-6, then leaves the drafter's path
+    assert added == {5, 6}
+    assert (tree.tokens[4:], tree.parents[4:], tree.depths[4:]) == ([8, 4], [2, 5], [3, 4])
+    assert add_branch(tree, [9]) == set() and len(tree) == 6  # already there: nothing added
+    assert all(parent < node for node, parent in enumerate(tree.parents, start=1))  # parents come first
+
+
+def test_lookup_joins_the_tree_and_its_accepted_drafts_are_counted_as_lookup():
+    """The looping prompt of the lookup tests, with a tree: copies ride along the drafter's tree in one pass."""
+    target, drafter = pair()
+    prompt = random_prompt(3, 6)
+    common = dict(input_ids=prompt, max_new_tokens=64, do_sample=False, assistant_model=drafter, block_size=4)
+    out = target.generate(**common, tree_budget=4, prompt_lookup_num_tokens=8, return_dict_in_generate=True)
+    assert torch.equal(out.sequences, plain_greedy(target, prompt, 64))
+    stats = out.blockpilot
+    assert all(s.source == "drafter" for s in stats.steps)  # the drafter ran on every step; lookup joined it
+    assert stats.tokens_by_source["lookup"] > 16 and sum(stats.tokens_by_source.values()) == 64
+    assert max(s.block_size for s in stats.steps) > 1 + 4  # a step verified the tree and the lookup branch
 
 
 def test_mask_lets_a_node_see_the_cache_and_its_ancestors_only():
@@ -113,7 +135,7 @@ def test_tree_matches_plain_greedy(budget, block_size, prompt_seed, prompt_len, 
         **kwargs,
     )
     assert torch.equal(out.sequences, plain_greedy(target, prompt, max_new_tokens, **kwargs))
-    assert all(s.block_size <= 1 + max(budget, lookup) for s in out.blockpilot.steps)
+    assert all(s.block_size <= 1 + budget + lookup for s in out.blockpilot.steps)  # the lookup branch joins
 
 
 def test_tree_with_repetition_penalty_scores_each_node_with_its_own_prefix():
