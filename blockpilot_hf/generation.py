@@ -148,57 +148,43 @@ def dflash_decoding(
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
     check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
     block = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
-    if input_ids.shape[0] > 1:
-        return _generate_batch(
-            model, drafter, input_ids, model_kwargs.get("attention_mask"), block, logits_processor, stopping_criteria,
-            generation_config, blockpilot_streamer, blockpilot_tree_budget, blockpilot_draft_sampling,
-            blockpilot_lookup_tokens,
-        )  # fmt: skip
-    input_ids, padding = strip_left_padding(input_ids, model_kwargs.get("attention_mask"))
-    sequences, stats = speculative_generate(
-        model,
-        drafter,
-        input_ids,
+    common = dict(
         block_size=block,
         logits_processor=logits_processor,
         stopping_criteria=stopping_criteria,
         max_length=generation_config.max_length,
         do_sample=bool(generation_config.do_sample),
-        draft_sampling=blockpilot_draft_sampling,
-        streamer=blockpilot_streamer,
-        padding=padding,
-        lookup_tokens=blockpilot_lookup_tokens,
-        tree_budget=blockpilot_tree_budget,
     )
+    attention_mask = model_kwargs.get("attention_mask")
+    if input_ids.shape[0] > 1:  # several rows: one batch, `stats` a list with one entry per row
+        check_batch_options(
+            model, blockpilot_streamer, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens
+        )
+        mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
+        sequences, stats = batched_speculative_generate(
+            model, drafter, input_ids, mask, pad_token_id=_pad_token_id(generation_config), **common
+        )
+    else:
+        input_ids, padding = strip_left_padding(input_ids, attention_mask)
+        sequences, stats = speculative_generate(
+            model,
+            drafter,
+            input_ids,
+            draft_sampling=blockpilot_draft_sampling,
+            streamer=blockpilot_streamer,
+            padding=padding,
+            lookup_tokens=blockpilot_lookup_tokens,
+            tree_budget=blockpilot_tree_budget,
+            **common,
+        )
     if generation_config.return_dict_in_generate:
         return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)
     return sequences
 
 
-def _generate_batch(
-    model, drafter, input_ids, attention_mask, block, logits_processor, stopping_criteria, generation_config,
-    streamer, tree_budget, draft_sampling, lookup_tokens,
-):  # fmt: skip
-    """Several left-padded rows in one batch (`decoding/batch.py`); `blockpilot` is a list of per-row stats."""
-    check_batch_options(model, streamer, tree_budget, draft_sampling, lookup_tokens)
-    if attention_mask is None:
-        attention_mask = torch.ones_like(input_ids)
-    pad = generation_config.pad_token_id
-    if pad is None:
-        eos = generation_config.eos_token_id
-        pad = (eos[0] if isinstance(eos, list) else eos) if eos is not None else 0
-    sequences, stats = batched_speculative_generate(
-        model,
-        drafter,
-        input_ids,
-        attention_mask,
-        block_size=block,
-        logits_processor=logits_processor,
-        stopping_criteria=stopping_criteria,
-        max_length=generation_config.max_length,
-        do_sample=bool(generation_config.do_sample),
-        pad_token_id=int(pad),
-    )
-    if generation_config.return_dict_in_generate:
-        return BlockPilotGenerateOutput(sequences=sequences, blockpilot=stats)
-    return sequences
+def _pad_token_id(generation_config) -> int:
+    """The id plain `generate` writes after a row's end: the pad token, else the first EOS id."""
+    if generation_config.pad_token_id is not None:
+        return int(generation_config.pad_token_id)
+    eos = generation_config.eos_token_id
+    return int((eos[0] if isinstance(eos, list) else eos) if eos is not None else 0)

@@ -122,10 +122,8 @@ def run_batch_benchmark(models: BenchModels, config: BenchConfig, prompts) -> li
         reference = timed[BASELINE][0][1]
         for arm in arms:
             seconds, rows, sizes = sorted(timed[arm.name], key=lambda r: r[0])[(config.repeats - 1) // 2]  # median
-            runs.append(
-                BatchRun(size, batch[0].source, batch[0].id, arm.name, sum(map(len, rows)), seconds,
-                         rows == reference, sizes)
-            )  # fmt: skip
+            tokens, identical = sum(map(len, rows)), rows == reference
+            runs.append(BatchRun(size, batch[0].source, batch[0].id, arm.name, tokens, seconds, identical, sizes))
     return runs
 
 

@@ -81,10 +81,8 @@ def batched_speculative_generate(
     sizes, stats = [], []
     for i, row in enumerate(rows):
         keep = mask[i]
-        prefill = Prefill(
-            input_ids[i : i + 1, keep], logits[i : i + 1], out.hidden_states[final_index][i : i + 1, -1],
-            context[i : i + 1, keep],
-        )  # fmt: skip
+        last_hidden = out.hidden_states[final_index][i : i + 1, -1]
+        prefill = Prefill(input_ids[i : i + 1, keep], logits[i : i + 1], last_hidden, context[i : i + 1, keep])
         policy_start = time.perf_counter()
         chosen = block_size(prefill) if callable(block_size) else block_size
         name = block_size.name if callable(block_size) else f"fixed:{block_size}"

@@ -108,9 +108,13 @@ def test_one_row_batch_runs_the_single_row_engine():
     target, drafter = pair()
     ids, mask = padded_batch([6])
     out = target.generate(
-        input_ids=ids, attention_mask=mask, max_new_tokens=8, assistant_model=drafter, block_size=4,
+        input_ids=ids,
+        attention_mask=mask,
+        max_new_tokens=8,
+        assistant_model=drafter,
+        block_size=4,
         return_dict_in_generate=True,
-    )  # fmt: skip
+    )
     assert isinstance(out.blockpilot, GenerationStats)
 
 
@@ -126,9 +130,14 @@ def test_sampled_rows_follow_each_rows_target_law():
 
     def one_batch() -> tuple[int, ...]:
         out = target.generate(
-            input_ids=ids, attention_mask=mask, max_new_tokens=GENERATED, do_sample=True, top_k=0,
-            assistant_model=drafter, block_policy=policy,
-        )  # fmt: skip
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=GENERATED,
+            do_sample=True,
+            top_k=0,
+            assistant_model=drafter,
+            block_policy=policy,
+        )
         width = ids.shape[1]
         draws.append(tuple(tuple(out[i, width : width + NEW].tolist()) for i in range(2)))
         return draws[-1][0]
@@ -199,8 +208,14 @@ def test_a_batched_draft_is_each_rows_own_draft():
     keys = torch.tensor([[0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1, 1], [1] * 8 + [1, 1, 1, 0]], dtype=torch.bool)
     positions = torch.tensor([[1, 1, 1, 0, 1, 2, 3, 4, 5, 6, 7, 8], list(range(12))])
     together = drafter.draft(
-        embed, lm_head, anchors, context, 4, DynamicCache(config=drafter.config), position_ids=positions,
+        embed,
+        lm_head,
+        anchors,
+        context,
+        4,
+        DynamicCache(config=drafter.config),
+        position_ids=positions,
         attention_mask=keys,
-    )  # fmt: skip
+    )
     torch.testing.assert_close(together[0], alone(0))
     torch.testing.assert_close(together[1, :2], alone(1))
