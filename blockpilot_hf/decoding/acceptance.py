@@ -15,12 +15,11 @@ import torch
 ScoreFn = Callable[[int, list[int]], torch.Tensor]  # (position i, drafts before i) -> processed scores (V,)
 
 
-def accept_greedy(drafts: torch.Tensor, target_logits: torch.Tensor) -> list[int]:
-    """Longest prefix of `drafts` (K-1,) equal to argmax of `target_logits` (K, V), then the target's next token."""
-    choice = target_logits.argmax(dim=-1)  # (K,): the target's token after each prefix
-    mismatch = (drafts != choice[:-1]).nonzero()
-    n = int(mismatch[0]) if len(mismatch) else len(drafts)
-    return drafts[:n].tolist() + [int(choice[n])]
+def accept_greedy(drafts: list[int], choices: list[int]) -> list[int]:
+    """Longest prefix of `drafts` (K-1,) equal to `choices` (K,), the target's argmax after each prefix, then the
+    target's next token. Lists, not tensors: the caller moves the argmax to the host once per step."""
+    n = next((i for i, (d, c) in enumerate(zip(drafts, choices[:-1], strict=True)) if d != c), len(drafts))
+    return drafts[:n] + [choices[n]]
 
 
 def accept_point_mass(

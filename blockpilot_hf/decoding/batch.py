@@ -152,10 +152,12 @@ def batched_speculative_generate(
         # 4. Accept per row: the target's own tokens, as many as that row's drafts predicted.
         accepted_slots = torch.zeros_like(in_block)
         records = []
+        greedy = not do_sample and not logits_processor
+        choices = verify_logits.argmax(dim=-1).tolist() if greedy else None  # one transfer for the whole batch
         for b, r in enumerate(live):
             row_logits = verify_logits[b, : ks[b]]
-            if not do_sample and not logits_processor:
-                committed = accept_greedy(torch.tensor(drafts[b], device=device), row_logits)
+            if greedy:
+                committed = accept_greedy(drafts[b], choices[b][: ks[b]])
             else:
                 committed = accept_point_mass(
                     drafts[b], lambda j, c, r=r, x=row_logits: scores[r](x[j], c), do_sample, generator

@@ -212,7 +212,7 @@ def speculative_generate(
         elif q is not None:
             committed = accept_rejection(drafts, q, score_at, generator)
         elif not do_sample and not logits_processor:
-            committed = accept_greedy(torch.tensor(drafts, device=device), logits)
+            committed = accept_greedy(drafts, logits.argmax(dim=-1).tolist())
         else:
             committed = accept_point_mass(drafts, score_at, do_sample, generator)
         t2 = timer.mark()

@@ -1,4 +1,4 @@
-"""The pure acceptance rules: exact outcomes on constructed logits, and the output law of rejection sampling."""
+"""The pure acceptance rules: exact outcomes on constructed choices and logits, and the output law of rejection sampling."""
 
 from __future__ import annotations
 
@@ -8,13 +8,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockpilot_hf.decoding.acceptance import accept_greedy, accept_point_mass, accept_rejection
-
-
-def one_hot_logits(tokens: list[int], vocab: int = 6) -> torch.Tensor:
-    """(len(tokens), vocab) logits whose argmax row i is tokens[i]."""
-    logits = torch.zeros(len(tokens), vocab)
-    logits[torch.arange(len(tokens)), torch.tensor(tokens)] = 5.0
-    return logits
 
 
 @pytest.mark.parametrize(
@@ -27,7 +20,7 @@ def one_hot_logits(tokens: list[int], vocab: int = 6) -> torch.Tensor:
     ],
 )
 def test_accept_greedy_exact_outcomes(drafts, target, committed):
-    assert accept_greedy(torch.tensor(drafts, dtype=torch.long), one_hot_logits(target)) == committed
+    assert accept_greedy(drafts, target) == committed
 
 
 @settings(deadline=None, max_examples=50, derandomize=True)
@@ -47,7 +40,7 @@ def test_point_mass_greedy_equals_accept_greedy_and_sees_the_right_prefix(seed, 
         return logits[i]
 
     committed = accept_point_mass(drafts.tolist(), score, do_sample=False)
-    assert committed == accept_greedy(drafts, logits)
+    assert committed == accept_greedy(drafts.tolist(), logits.argmax(-1).tolist())
     assert seen == [(i, committed[:i]) for i in range(len(committed))]  # position i scored after its own prefix
 
 
