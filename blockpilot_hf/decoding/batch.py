@@ -150,7 +150,6 @@ def batched_speculative_generate(
         verify_logits = out.logits.float()  # (b, K, V)
 
         # 4. Accept per row: the target's own tokens, as many as that row's drafts predicted.
-        accepted_slots = torch.zeros_like(in_block)
         records = []
         greedy = not do_sample and not logits_processor
         choices = verify_logits.argmax(dim=-1).tolist() if greedy else None  # one transfer for the whole batch
@@ -163,11 +162,12 @@ def batched_speculative_generate(
                     drafts[b], lambda j, c, r=r, x=row_logits: scores[r](x[j], c), do_sample, generator
                 )
             kept = rows[r].commit(committed)
-            accepted_slots[b, : len(committed)] = True  # the anchor and the accepted drafts
             source = "drafter" if drafts[b] else "target"
             records.append(StepRecord(ks[b], len(committed) - 1, kept, 0.0, 0.0, source))
             stats[r].steps.append(records[-1])
         marks.append((t0, t1, timer.mark(), records))
+        verified = torch.tensor([s.accepted + 1 for s in records], device=device)  # anchor + accepted drafts
+        accepted_slots = offsets[None, :] < verified[:, None]  # (b, K)
 
         # 5. Commit: accepted slots become keys, rejected ones holes; positions advance per row; finished rows leave.
         target_valid = torch.cat([target_valid, accepted_slots], dim=1)
