@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -23,6 +24,9 @@ from ...policy.features import PrefillFeatures, stack_features
 from ...policy.head import BlockPolicy
 from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_size
 from .config import FitConfig
+
+if TYPE_CHECKING:
+    from .evaluate import EvaluationReport
 
 logger = logging.getLogger(__name__)
 
@@ -108,25 +112,29 @@ def fit_policy(
     return policy
 
 
-def train_policy(collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None) -> BlockPolicy:
-    """Read a collect folder, fit on the non-held-out prompts, measure on the held-out ones, write the folder."""
+def fit_and_evaluate(
+    meta: CollectMeta, records: list[PromptRecord], config: FitConfig, cost: CostModel | None = None
+) -> tuple[BlockPolicy, list[PromptRecord], list[PromptRecord], EvaluationReport | None]:
+    """Fit on all but the held-out share, score the held-out prompts and put the headline numbers in the config;
+    returns (policy, training records, held-out records, report or None without held-out prompts)."""
     from ...policy.config import MeasuredResult
     from .evaluate import evaluate_records
 
+    train, heldout = split_records(records, config.heldout_fraction)
+    policy = fit_policy(meta, train, config, cost)
+    if not heldout:
+        return policy, train, heldout, None
+    report = evaluate_records(policy, heldout, cost=policy.config.cost)
+    note = f"{len(heldout)} held-out prompts, split of training collect"
+    policy.config.results = [MeasuredResult(f"{h.method} {h.metric}", h.value, note) for h in report.headline()]
+    return policy, train, heldout, report
+
+
+def train_policy(collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None) -> BlockPolicy:
+    """Read a collect folder, fit on the non-held-out prompts, measure on the held-out ones, write the folder."""
     meta, records = read_records(Path(collect_dir))
     if not records:
         raise ValueError(f"{collect_dir} holds no collected prompts yet; run `blockpilot collect` first.")
-    train, heldout = split_records(records, config.heldout_fraction)
-    policy = fit_policy(meta, train, config, cost)
-    if heldout:
-        report = evaluate_records(policy, heldout, cost=policy.config.cost)
-        policy.config.results = [
-            MeasuredResult(
-                f"{m.method} {m.metric}",
-                m.value,
-                f"{len(heldout)} held-out prompts, split of training collect",
-            )
-            for m in report.headline()
-        ]
+    policy = fit_and_evaluate(meta, records, config, cost)[0]
     policy.save_pretrained(out)
     return policy

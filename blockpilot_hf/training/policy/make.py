@@ -28,8 +28,8 @@ from ...policy.cost import device_name
 from .collect import CollectItem, collect, process_state
 from .collected import PromptRecord, read_records
 from .config import CollectConfig, FitConfig, MakePolicyJob
-from .evaluate import EvaluationReport, evaluate_records, make_plots
-from .fit import fit_policy, split_records
+from .evaluate import EvaluationReport, make_plots
+from .fit import fit_and_evaluate
 
 logger = logging.getLogger(__name__)
 
@@ -44,12 +44,11 @@ class Timings:
     """Wall-clock minutes of each stage, for the card."""
 
     collect: float = 0.0
-    fit: float = 0.0
-    evaluate: float = 0.0
+    evaluate: float = 0.0  # fit, held-out scoring, prompt lookup runs and plots
 
     @property
     def total(self) -> float:
-        return self.collect + self.fit + self.evaluate
+        return self.collect + self.evaluate
 
 
 def prompt_lookup_speedups(target, items: list[CollectItem], max_new_tokens: int) -> list[float]:
@@ -111,8 +110,8 @@ def provenance_section(command: str, hardware: str, timings: Timings, train: int
             "",
             f"- Command: `{command}`",
             f"- Hardware: {hardware}; torch {torch.__version__}, transformers {transformers.__version__}",
-            f"- Time: {timings.total:.1f} min (collect {timings.collect:.1f}, fit {timings.fit:.1f}, "
-            f"evaluation {timings.evaluate:.1f})",
+            f"- Time: {timings.total:.1f} min (collect {timings.collect:.1f}, fit and evaluation "
+            f"{timings.evaluate:.1f})",
             f"- Prompts: {train} trained on, {heldout} held out",
         ]
     )
@@ -137,26 +136,16 @@ def make_policy(
 
     clock = time.perf_counter()
     meta, records = read_records(out / COLLECT_DIR)
-    train, heldout = split_records(records, fit.heldout_fraction)
-    if not heldout:
+    policy, train, heldout, report = fit_and_evaluate(meta, records, fit)
+    if report is None:
         raise ValueError(
             f"None of the {len(records)} prompts fell in the held-out share ({fit.heldout_fraction:.0%}); "
             "collect more prompts (--limit) or raise --heldout-fraction."
         )
-    policy = fit_policy(meta, train, fit)
-    timings.fit = (time.perf_counter() - clock) / 60
-
-    clock = time.perf_counter()
-    report = evaluate_records(policy, heldout, cost=policy.config.cost)
     by_id = {item.prompt_id: item for item in items}
     lookup = prompt_lookup_speedups(target, [by_id[r.prompt_id] for r in heldout], meta.max_new_tokens)
     make_plots(policy, heldout, report, out / PLOTS_DIR)
     timings.evaluate = (time.perf_counter() - clock) / 60
-
-    from ...policy.config import MeasuredResult
-
-    note = f"{len(heldout)} held-out prompts"
-    policy.config.results = [MeasuredResult(f"{h.method} {h.metric}", h.value, note) for h in report.headline()]
     hardware = device_name(target.device)
     details = evaluation_section(report, heldout, lookup) + "\n\n"
     details += provenance_section(command, hardware, timings, len(train), len(heldout))
