@@ -85,9 +85,11 @@ def run_batch(
     seconds = device_clock(target.device) - start
     eos = target.generation_config.eos_token_id
     eos = set(eos if isinstance(eos, list) else [] if eos is None else [eos])
-    stats = getattr(out, "blockpilot", None)
-    stats = stats if isinstance(stats, list) else [stats] * len(ids) if stats is not None else None
-    sizes = [s.block_size for s in stats] if stats else [arm.block_size or 1] * len(ids)
+    stats = getattr(out, "blockpilot", None)  # one GenerationStats per row; a single one for a batch of one
+    if stats is None:  # the baseline
+        sizes = [1] * len(ids)
+    else:
+        sizes = [s.block_size for s in stats] if isinstance(stats, list) else [stats.block_size]
     return seconds, generated(out.sequences, ids.shape[1], eos), sizes
 
 

@@ -24,15 +24,20 @@ PROMPTS = "gsm8k:policy,humaneval:policy"
 ROOT = Path(__file__).resolve().parents[3]
 
 
+def make_argv(target_dir, drafter_dir) -> list[str]:
+    """The make-policy arguments every run here shares: 8 prompts, sizes 1-8, 6 tokens, half held out."""
+    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
+    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
+    return [*argv, "--epochs", "20"]
+
+
 @pytest.fixture(scope="module")
 def made(tmp_path_factory):
     """(target_dir, drafter_dir, policy folder) after one make-policy run (8 prompts, sizes 1-8, 6 tokens)."""
     root = tmp_path_factory.mktemp("make")
     target_dir, drafter_dir = write_tiny_qwen3_pair(root)
     out = root / "policies" / "tiny-qwen3"
-    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
-    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
-    main([*argv, "--epochs", "20", "--out", str(out)])
+    main([*make_argv(target_dir, drafter_dir), "--out", str(out)])
     return target_dir, drafter_dir, out
 
 
@@ -96,9 +101,7 @@ def test_rerun_resumes_and_push_leaves_collect_behind(made, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     rows = sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl"))
-    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
-    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
-    main([*argv, "--epochs", "20", "--out", str(out), "--push-to", "someone/tiny-qwen3"])
+    main([*make_argv(target_dir, drafter_dir), "--out", str(out), "--push-to", "someone/tiny-qwen3"])
     assert sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl")) == rows
     assert calls["create"] == "someone/tiny-qwen3"
     assert calls["upload"]["folder_path"] == str(out) and calls["upload"]["ignore_patterns"] == ["collect/*"]
@@ -118,9 +121,7 @@ def test_card_template_is_filled_with_the_results(made, tmp_path, caplog):
     target_dir, drafter_dir, out = made
     template = ROOT / "hub_cards" / "qwen3-4b" / "README.md"
     shutil.copytree(out / "collect", tmp_path / "p" / "collect")  # resume: nothing is collected again
-    argv = ["make-policy", "--target", str(target_dir), "--drafter", str(drafter_dir), "--prompts", PROMPTS]
-    argv += ["--limit", "4", "--block-sizes", "1,2,4,8", "--max-new-tokens", "6", "--heldout-fraction", "0.5"]
-    main([*argv, "--epochs", "20", "--out", str(tmp_path / "p"), "--card-template", str(template)])
+    main([*make_argv(target_dir, drafter_dir), "--out", str(tmp_path / "p"), "--card-template", str(template)])
     card = huggingface_hub.ModelCard.load(tmp_path / "p" / "README.md")
     assert card.data.base_model == "Qwen/Qwen3-4B" and card.data.eval_results
     assert "z-lab/Qwen3-4B-DFlash-b16" in card.text and "| prompt lookup (transformers" in card.text
