@@ -12,6 +12,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .decoding.shape import DraftShape
     from .decoding.stats import GenerationStats, StepRecord
     from .drafter import DFlashConfig, DFlashDrafter
     from .generation import BlockPilotGenerateOutput, enable
@@ -24,6 +25,7 @@ _LAZY = {
     "BlockPolicyConfig": ".policy",
     "DFlashConfig": ".drafter",
     "DFlashDrafter": ".drafter",
+    "DraftShape": ".decoding.shape",
     "GenerationStats": ".decoding.stats",
     "StepRecord": ".decoding.stats",
     "enable": ".generation",
@@ -35,6 +37,7 @@ __all__ = [
     "BlockPolicyConfig",
     "DFlashConfig",
     "DFlashDrafter",
+    "DraftShape",
     "GenerationStats",
     "StepRecord",
     "enable",

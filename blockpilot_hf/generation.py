@@ -147,7 +147,9 @@ def dflash_decoding(
             raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
     check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
-    block = resolve_block_policy(blockpilot_block_policy, blockpilot_block_size, drafter, model)
+    block = resolve_block_policy(
+        blockpilot_block_policy, blockpilot_block_size, drafter, model, blockpilot_draft_sampling
+    )
     common = dict(
         block_size=block,
         logits_processor=logits_processor,

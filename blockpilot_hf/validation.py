@@ -137,15 +137,14 @@ def check_policy_compatible(config, target, drafter) -> None:
             )
 
 
-def check_policy_sizes(config, drafter) -> None:
-    """Refuse a policy that can choose a block size this drafter refuses."""
-    for size in config.candidate_sizes:
+def check_policy_sizes(config, target, drafter, draft_sampling: bool = False) -> None:
+    """Refuse a policy that can choose a block size this drafter refuses, or a tree / lookup shape this target or
+    these options cannot run (see `check_shape`)."""
+    for candidate in config.candidates:
         try:
-            check_block_size(size, drafter)
+            check_shape(candidate, target, drafter, draft_sampling)
         except ValueError as err:
-            raise ValueError(
-                f"Policy {config.name!r} can choose block size {size}, which this drafter refuses: {err}"
-            ) from err
+            raise ValueError(f"Policy {config.name!r} can choose {candidate}, which cannot run here: {err}") from err
 
 
 def check_policy_fits_collection(config, meta, collect_dir) -> None:
@@ -156,16 +155,29 @@ def check_policy_fits_collection(config, meta, collect_dir) -> None:
             f"{meta.hidden_size} vs {config.hidden_size}, target layers {meta.target_layer_ids} vs "
             f"{config.target_layer_ids})."
         )
-    missing = set(config.candidate_sizes) - set(meta.block_sizes)
+    missing = set(config.candidates) - set(meta.candidates)
     if missing:
         raise ValueError(
-            f"{collect_dir} has no runs at sizes {sorted(missing)} the policy can choose; collect with them."
+            f"{collect_dir} has no runs with {', '.join(map(str, sorted(missing)))}, which the policy can choose; "
+            "collect with them (--block-sizes / --shapes)."
         )
 
 
 # ---- one generate call -------------------------------------------------------------------------------------------
 def max_block_size(drafter) -> int:
     return MAX_BLOCK_FACTOR * drafter.config.block_size
+
+
+def check_shape(shape, target, drafter, draft_sampling: bool = False):
+    """Return a chooser's answer (a block size, or a `DraftShape`) once its block size is in range and its tree /
+    lookup options can run on this target with these options; raise otherwise."""
+    from .decoding.shape import DraftShape
+
+    if not isinstance(shape, DraftShape):
+        return check_block_size(shape, drafter)
+    check_block_size(shape.block_size, drafter)
+    check_drafting_options(target, shape.tree_budget or None, draft_sampling, shape.lookup_tokens)
+    return shape
 
 
 def check_block_size(block_size, drafter) -> int:

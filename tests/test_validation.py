@@ -227,15 +227,19 @@ def test_draft_vocabulary_beyond_the_target(target):
 def test_policy_against_records_of_another_setup():
     from types import SimpleNamespace
 
+    from blockpilot_hf.decoding.shape import DraftShape
     from blockpilot_hf.validation import check_policy_fits_collection
 
-    config = SimpleNamespace(name="p", hidden_size=32, target_layer_ids=[0, 3], candidate_sizes=[1, 2, 4])
-    meta = SimpleNamespace(hidden_size=32, target_layer_ids=[0, 3], block_sizes=[1, 2, 4, 8])
+    shapes = [DraftShape.parse(c) for c in (1, 2, 4, "8+tree16")]
+    config = SimpleNamespace(name="p", hidden_size=32, target_layer_ids=[0, 3], candidates=shapes)
+    meta = SimpleNamespace(hidden_size=32, target_layer_ids=[0, 3], candidates=[*shapes, DraftShape(8)])
     check_policy_fits_collection(config, meta, "runs/heldout")
     with pytest.raises(ValueError, match=r"runs/heldout was collected for another target/drafter .*hidden size 64"):
         check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "hidden_size": 64}), "runs/heldout")
-    with pytest.raises(ValueError, match=r"no runs at sizes \[4\] the policy can choose"):
-        check_policy_fits_collection(config, SimpleNamespace(**{**vars(meta), "block_sizes": [1, 2]}), "runs/heldout")
+    with pytest.raises(ValueError, match=r"no runs with 4, 8\+tree16, which the policy can choose"):
+        check_policy_fits_collection(
+            config, SimpleNamespace(**{**vars(meta), "candidates": shapes[:2]}), "runs/heldout"
+        )
 
 
 def test_a_drafter_on_another_device_is_refused_with_the_fix():

@@ -193,7 +193,7 @@ def measure(
         output_ids=new,
     )
     if stats is not None:
-        record.block_size = stats.block_size
+        record.block_size, record.shape = stats.block_size, stats.shape
         record.tau = stats.tau
         record.acceptance_lengths = stats.acceptance_lengths
         record.tokens_by_source = stats.tokens_by_source

@@ -181,7 +181,7 @@ def block_size_chart(plt, oracle: list[int], chosen: list[int], unit: str, sizes
         ax.bar([i + offset for i in range(len(sizes))], [counts[arm][b] for b in sizes], width=0.4, label=arm)
     ax.set(
         xticks=range(len(sizes)),
-        xticklabels=sizes,
+        xticklabels=[str(b) for b in sizes],  # block sizes, or draft shapes such as 8+tree16
         xlabel="block size",
         ylabel=unit,
         title="Chosen (BlockPilot) vs oracle block sizes",

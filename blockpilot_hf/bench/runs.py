@@ -24,8 +24,9 @@ UnitKey = tuple[str, str, str, int, float, int]  # the same without the arm: one
 class RunRecord:
     """What one arm did on one prompt turn. Times are seconds; `ttft` is the time to the first new token.
 
-    `block_size` is the size used (chosen, for BlockPilot; None for arms without one); `tau`,
-    `acceptance_lengths` and `tokens_by_source` exist for our engine only. `identical` compares greedy output with the baseline's
+    `block_size` is the size used (chosen, for BlockPilot; None for arms without one) and `shape` the whole draft
+    shape that ran (e.g. "8+tree16"); `shape`, `tau`, `acceptance_lengths` and `tokens_by_source` exist for our
+    engine only. `identical` compares greedy output with the baseline's
     (None when sampling). `peak_memory` is bytes: CUDA peak allocated, or the process's peak RSS on CPU."""
 
     split: str
@@ -50,6 +51,7 @@ class RunRecord:
     output_ids: list[int] = field(default_factory=list)
     tokens_by_source: dict[str, int] = field(default_factory=dict)  # our engine: drafter / lookup / target
     repeat_times: list[float] = field(default_factory=list)  # total_time of every repeat; this record is the median
+    shape: str = ""
 
     @property
     def tokens_per_second(self) -> float:

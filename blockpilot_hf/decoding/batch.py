@@ -24,7 +24,7 @@ import torch
 from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .acceptance import accept_greedy, accept_point_mass
-from .engine import BlockChooser, Prefill, _scorer, _Sequence
+from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 
 
@@ -84,10 +84,15 @@ def batched_speculative_generate(
         last_hidden = out.hidden_states[final_index][i : i + 1, -1]
         prefill = Prefill(input_ids[i : i + 1, keep], logits[i : i + 1], last_hidden, context[i : i + 1, keep])
         policy_start = time.perf_counter()
-        chosen = block_size(prefill) if callable(block_size) else block_size
-        name = block_size.name if callable(block_size) else f"fixed:{block_size}"
-        stats.append(GenerationStats(chosen, name, int(keep.sum()), policy_time=time.perf_counter() - policy_start))
-        sizes.append(chosen)
+        shape, name = choose_shape(block_size, prefill)
+        if not shape.is_chain:
+            raise ValueError(
+                f"block_policy {name!r} chose draft shape {shape} for row {i}: a batch drafts chains only. Generate "
+                "that row on its own, or use a policy whose candidates are block sizes."
+            )
+        elapsed = time.perf_counter() - policy_start
+        stats.append(GenerationStats(shape.block_size, name, int(keep.sum()), str(shape), policy_time=elapsed))
+        sizes.append(shape.block_size)
         row.commit(accept_point_mass([], lambda j, c, i=i: scores[i](logits[i], c), do_sample, generator))
     prefill_time = device_clock(device) - start
     for s in stats:

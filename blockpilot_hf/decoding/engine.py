@@ -22,6 +22,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
+from .shape import DraftShape
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 from .tree import accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 
@@ -38,13 +39,28 @@ class Prefill:
 
 @runtime_checkable
 class BlockChooser(Protocol):
-    """What `block_policy` becomes: picks one request's block size from its `Prefill`, and has a `name` for stats.
+    """What `block_policy` becomes: picks one request's block size (or whole `DraftShape`) from its `Prefill`, and
+    has a `name` for stats.
 
     `BlockPolicy`, `FixedPolicy` and `EntropyPolicy` follow it; `policy.resolve` wraps a plain callable once."""
 
     name: str
 
-    def __call__(self, prefill: Prefill) -> int: ...
+    def __call__(self, prefill: Prefill) -> int | DraftShape: ...
+
+
+def choose_shape(
+    block_size: int | BlockChooser, prefill: Prefill, tree_budget: int | None = None, lookup_tokens: int = 0
+) -> tuple[DraftShape, str]:
+    """The request's draft shape and the name its stats record.
+
+    A fixed size, or a size a chooser returns, drafts with the call's `tree_budget` / `lookup_tokens`; a chooser
+    that returns a `DraftShape` (a BlockPilot policy over shapes) decides those for the request itself."""
+    chosen = block_size(prefill) if callable(block_size) else block_size
+    name = block_size.name if callable(block_size) else f"fixed:{block_size}"
+    if isinstance(chosen, DraftShape):
+        return chosen, name
+    return DraftShape(chosen, (tree_budget or 0) if chosen > 1 else 0, lookup_tokens), name
 
 
 @dataclass
@@ -122,8 +138,8 @@ def speculative_generate(
     criteria and streamer see (so `min_new_tokens`, repetition penalty and `max_length` count it), but that the
     models never attend to; it is never fed to them here. `max_length` counts it too.
 
-    `block_size` is an int or a `BlockChooser` that picks one from the `Prefill` (BlockPilot); the stats record
-    the chooser's `name` (or "fixed:N"). Block size 1 is plain decoding with no drafter pass. `draft_sampling`
+    `block_size` is an int or a `BlockChooser` that picks one (or a whole `DraftShape`: chain, tree, lookup) from
+    the `Prefill` (BlockPilot); the stats record the chooser's `name` (or "fixed:N") and the shape that ran. Block size 1 is plain decoding with no drafter pass. `draft_sampling`
     samples drafts from the drafter and uses rejection sampling; the default drafts argmax tokens and accepts them
     with the exact point-mass rule.
 
@@ -155,9 +171,11 @@ def speculative_generate(
     _record_past(target_cache)
     prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
     policy_start = time.perf_counter()
-    chosen = block_size(prefill) if callable(block_size) else block_size
-    name = block_size.name if callable(block_size) else f"fixed:{block_size}"
-    stats = GenerationStats(chosen, name, input_ids.shape[1], policy_time=time.perf_counter() - policy_start)
+    shape, name = choose_shape(block_size, prefill, tree_budget, lookup_tokens)
+    chosen, tree_budget, lookup_tokens = shape.block_size, shape.tree_budget, shape.lookup_tokens
+    stats = GenerationStats(
+        chosen, name, input_ids.shape[1], str(shape), policy_time=time.perf_counter() - policy_start
+    )
     context = prefill.context
     score = _scorer(logits_processor, seq)
     first = accept_point_mass([], lambda i, c: score(logits[0], c), do_sample, generator)

@@ -82,6 +82,7 @@ class GenerationStats:
     block_size: int
     policy: str
     prompt_tokens: int
+    shape: str = ""  # the `DraftShape` that ran, e.g. "8", "8+tree16+lookup10"
     new_tokens: int = 0
     prefill_time: float = 0.0
     policy_time: float = 0.0

@@ -1,7 +1,8 @@
 """Baselines in the same interface as `BlockPolicy`: `BlockChooser`s (a `name`, callable on a `Prefill`) for
 `generate(block_policy=...)`, and `choose(features)` offline.
 
-- `FixedPolicy`: one size for every request (the drafter's training size, or the best fixed size on a dev set).
+- `FixedPolicy`: one size (or shape) for every request (the drafter's training size, the best fixed size on a dev
+  set, a tree / lookup shape).
 - `best_fixed_size`: the size with the highest mean modelled throughput over dev prompts.
 - `oracle_size`: the per-prompt best size given measured taus (the labels, and the ceiling of any policy).
 - `EntropyPolicy`: training-free: a confident next token (low prefill entropy) suggests a predictable answer,
@@ -13,52 +14,55 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeVar
 
 from ..decoding.engine import Prefill
+from ..decoding.shape import DraftShape
 from .config import CostModel
 from .cost import choose_size
 from .features import PrefillFeatures, entropy_of, logit_stats
 
+K = TypeVar("K", int, DraftShape)  # a candidate: a block size or a draft shape
+
 
 @dataclass
 class FixedPolicy:
-    """Always `size`."""
+    """Always `size`: a block size, or a tree / lookup `DraftShape`."""
 
-    size: int
+    size: int | DraftShape
     name: str = ""
 
     def __post_init__(self) -> None:
         self.name = self.name or f"fixed:{self.size}"
 
-    def choose(self, features: Prefill | PrefillFeatures) -> int:
+    def choose(self, features: Prefill | PrefillFeatures) -> int | DraftShape:
         return self.size
 
-    def __call__(self, prefill: Prefill) -> int:
+    def __call__(self, prefill: Prefill) -> int | DraftShape:
         return self.size
 
 
-def oracle_size(taus: dict[int, float], cost: CostModel | None, rule: str = "throughput") -> int:
-    """The best size of one prompt from its measured tau per size (argmax tau/cost, or argmax tau)."""
-    sizes = sorted(taus)
-    return choose_size([taus[b] for b in sizes], sizes, rule, cost)
+def oracle_size(taus: dict[K, float], cost: CostModel | None, rule: str = "throughput") -> K:
+    """The best candidate (block size or `DraftShape`) of one prompt from its measured tau per candidate (argmax
+    tau/cost, or argmax tau)."""
+    candidates = sorted(taus)
+    return choose_size([taus[c] for c in candidates], candidates, rule, cost)
 
 
-def modelled_throughput(tau: float, size: int, cost: CostModel | None) -> float:
+def modelled_throughput(tau: float, candidate: int | DraftShape, cost: CostModel | None) -> float:
     """Tokens per second implied by tau and the cost model (tau per step if there is no cost model)."""
-    return tau / cost.step_seconds(size) if cost is not None else tau
+    return tau / cost.step_seconds(candidate) if cost is not None else tau
 
 
-def best_fixed_size(
-    taus_per_prompt: Sequence[dict[int, float]], cost: CostModel | None, rule: str = "throughput"
-) -> int:
-    """The one size with the highest mean modelled throughput (or mean tau) over dev prompts."""
-    sizes = sorted(set.intersection(*(set(t) for t in taus_per_prompt)))
-    if not sizes:
+def best_fixed_size(taus_per_prompt: Sequence[dict[K, float]], cost: CostModel | None, rule: str = "throughput") -> K:
+    """The one candidate with the highest mean modelled throughput (or mean tau) over dev prompts."""
+    candidates = sorted(set.intersection(*(set(t) for t in taus_per_prompt)))
+    if not candidates:
         raise ValueError("No block size was measured on every dev prompt.")
     use_cost = cost if rule == "throughput" else None
-    means = [sum(modelled_throughput(t[b], b, use_cost) for t in taus_per_prompt) / len(taus_per_prompt) for b in sizes]
-    best = max(range(len(sizes)), key=lambda i: (means[i], -sizes[i]))
-    return sizes[best]
+    n = len(taus_per_prompt)
+    means = [sum(modelled_throughput(t[c], c, use_cost) for t in taus_per_prompt) / n for c in candidates]
+    return candidates[max(range(len(candidates)), key=lambda i: (means[i], -i))]
 
 
 @dataclass

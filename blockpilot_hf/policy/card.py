@@ -28,7 +28,10 @@ def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, d
     cost = config.cost
     cost_desc = (
         f"{cost.source} on {cost.device}: "
-        + ", ".join(f"b={b}: {s * 1e3:.2f} ms" for b, s in zip(cost.block_sizes, cost.seconds, strict=True))
+        + ", ".join(
+            [f"b={b}: {s * 1e3:.2f} ms" for b, s in zip(cost.block_sizes, cost.seconds, strict=True)]
+            + [f"{shape}: {s * 1e3:.2f} ms" for shape, s in cost.shapes.items()]
+        )
         if cost
         else "none stored (calibrate before use)"
     )
@@ -39,7 +42,7 @@ def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, d
         target_id=config.target_id or "unknown",
         drafter_id=config.drafter_id or "unknown",
         training_block_size=config.training_block_size,
-        candidate_sizes=", ".join(map(str, config.candidate_sizes)),
+        candidate_sizes=", ".join(map(str, config.candidates)),
         choice=config.choice,
         num_parameters=f"{num_parameters:,}",
         feature_desc=(

@@ -6,9 +6,10 @@ head cannot run with, naming the field to fix.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..decoding.shape import DraftShape
 from ..jsonfile import from_dict, load_json, save_json
 
 CHOICE_RULES = ("throughput", "classifier")
@@ -49,26 +50,38 @@ class FeatureSpec:
 
 @dataclass
 class CostModel:
-    """Seconds per decoding step (draft + verify) for each block size, measured on some device.
+    """Seconds per decoding step (draft + verify) for each block size, measured on some device, and for each tree /
+    prompt-lookup `DraftShape` (mean seconds per step of that shape, by its text form).
 
-    Size 1 is one target forward and no drafter pass. Sizes between measured ones are interpolated linearly."""
+    Size 1 is one target forward and no drafter pass. Sizes between measured ones are interpolated linearly; a shape
+    costs what was measured for it (its steps verify a varying number of tokens, and lookup steps skip the
+    drafter)."""
 
     block_sizes: list[int]
     seconds: list[float]
     device: str = "unknown"
     source: str = "collected"  # "collected" (from collect runs), "calibrated" (blockpilot calibrate), "synthetic"
+    shapes: dict[str, float] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
             raise ValueError("CostModel needs one positive `seconds` value per block size.")
-        if any(s <= 0 for s in self.seconds):
-            raise ValueError(f"CostModel seconds must be positive, got {self.seconds}.")
+        if any(s <= 0 for s in [*self.seconds, *self.shapes.values()]):
+            raise ValueError(f"CostModel seconds must be positive, got {self.seconds} and {self.shapes}.")
         order = sorted(range(len(self.block_sizes)), key=self.block_sizes.__getitem__)
         self.block_sizes = [int(self.block_sizes[i]) for i in order]
         self.seconds = [float(self.seconds[i]) for i in order]
+        self.shapes = {str(DraftShape.parse(k)): float(v) for k, v in self.shapes.items()}
 
-    def step_seconds(self, block_size: int) -> float:
-        """Cost of one step at `block_size` (linear interpolation, flat extrapolation by the nearest slope)."""
+    def step_seconds(self, candidate: int | DraftShape) -> float:
+        """Cost of one step of a candidate: a block size (linear interpolation, flat extrapolation by the nearest
+        slope) or a tree / lookup shape (as measured; KeyError if it never was)."""
+        shape = DraftShape.parse(candidate)
+        if not shape.is_chain:
+            if str(shape) not in self.shapes:
+                raise KeyError(f"The cost model has no measurement of draft shape {shape}; collect runs with it.")
+            return self.shapes[str(shape)]
+        block_size = shape.block_size
         sizes, secs = self.block_sizes, self.seconds
         if block_size in sizes:
             return secs[sizes.index(block_size)]
@@ -81,8 +94,20 @@ class CostModel:
         slope = (secs[hi] - secs[lo]) / (sizes[hi] - sizes[lo])
         return max(secs[lo] + slope * (block_size - sizes[lo]), 1e-9)
 
-    def covers(self, block_sizes: list[int]) -> bool:
-        return all(min(self.block_sizes) <= b <= max(self.block_sizes) for b in block_sizes)
+    def with_shapes_from(self, stored: CostModel | None) -> CostModel:
+        """This model plus the tree / lookup shapes only `stored` prices, scaled by this model's plain step over
+        stored's: a calibration times block sizes, and shapes keep their collected cost relative to a plain step."""
+        missing = {k: v for k, v in (stored.shapes if stored else {}).items() if k not in self.shapes}
+        if not missing:
+            return self
+        scale = self.step_seconds(1) / stored.step_seconds(1)
+        return replace(self, shapes={**self.shapes, **{k: v * scale for k, v in missing.items()}})
+
+    def covers(self, candidates: list[int | DraftShape]) -> bool:
+        """Whether every candidate has a cost: block sizes within the measured range, shapes measured."""
+        shapes = [DraftShape.parse(c) for c in candidates]
+        low, high = min(self.block_sizes), max(self.block_sizes)
+        return all(low <= s.block_size <= high if s.is_chain else str(s) in self.shapes for s in shapes)
 
 
 @dataclass
@@ -104,6 +129,10 @@ class BlockPolicyConfig:
     candidate_sizes: list[int] = field(
         default_factory=lambda: list(DEFAULT_SIZES),
         metadata={"help": "block sizes to choose from (1 = plain decoding)"},
+    )
+    candidate_shapes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "tree / prompt-lookup draft shapes to choose from as well, e.g. '8+tree16', '1+lookup10'"},
     )
     projection_dim: int = field(
         default=32, metadata={"help": "width of the shared projection of each H-sized feature row"}
@@ -136,6 +165,13 @@ class BlockPolicyConfig:
             raise ValueError(f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}.")
         if 1 not in self.candidate_sizes:
             raise ValueError("candidate_sizes must include 1 (plain decoding) so the policy can refuse to draft.")
+        shapes = [DraftShape.parse(s) for s in self.candidate_shapes]
+        if any(s.is_chain for s in shapes) or len(set(shapes)) != len(shapes):
+            raise ValueError(
+                f"candidate_shapes {self.candidate_shapes} must be distinct tree / lookup shapes ('8+tree16', "
+                "'1+lookup10'); plain block sizes belong in candidate_sizes."
+            )
+        self.candidate_shapes = [str(s) for s in sorted(shapes)]
         if self.choice not in CHOICE_RULES:
             raise ValueError(f"choice must be one of {CHOICE_RULES}, got {self.choice!r}.")
         if len(self.target_layer_ids) != self.features.num_context_layers:
@@ -151,6 +187,11 @@ class BlockPolicyConfig:
     @property
     def hidden_size(self) -> int:
         return self.features.hidden_size
+
+    @property
+    def candidates(self) -> list[DraftShape]:
+        """Everything the head scores, in output order: the block sizes, then the tree / lookup shapes."""
+        return [DraftShape(b) for b in self.candidate_sizes] + [DraftShape.parse(s) for s in self.candidate_shapes]
 
     def to_dict(self) -> dict:
         return asdict(self)

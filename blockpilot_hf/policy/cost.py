@@ -17,38 +17,46 @@ import re
 import statistics
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TypeVar
 
 import torch
 
 from ..constants import CACHE_HOME
+from ..decoding.shape import DraftShape
 from ..jsonfile import load_json, save_json
 from .config import CostModel
 
 logger = logging.getLogger(__name__)
 
+C = TypeVar("C")  # a candidate: a block size (int) or a DraftShape
 
-def choose_size(taus: Sequence[float], sizes: Sequence[int], rule: str, cost: CostModel | None) -> int:
-    """The block size a rule picks from predicted taus (one per size).
 
-    "throughput": argmax tau(b) / cost(b) (tokens per second); "classifier": argmax tau(b), the paper's rule.
-    Ties go to the smaller size (cheaper when equally good). Without a cost model throughput falls back to tau."""
+def choose_size(taus: Sequence[float], candidates: Sequence[C], rule: str, cost: CostModel | None) -> C:
+    """The candidate (block size or `DraftShape`) a rule picks from predicted taus (one per candidate).
+
+    "throughput": argmax tau(c) / cost(c) (tokens per second); "classifier": argmax tau(c), the paper's rule.
+    Ties go to the earlier candidate (pass them sorted: the smaller size, cheaper when equally good). Without a
+    cost model throughput falls back to tau."""
     if rule == "throughput" and cost is not None:
-        scores = [t / cost.step_seconds(b) for t, b in zip(taus, sizes, strict=True)]
+        scores = [t / cost.step_seconds(c) for t, c in zip(taus, candidates, strict=True)]
     else:
         scores = list(taus)
-    best = max(range(len(sizes)), key=lambda i: (scores[i], -sizes[i]))
-    return int(sizes[best])
+    best = max(range(len(candidates)), key=lambda i: (scores[i], -i))
+    return candidates[best]
 
 
-def cost_from_steps(steps_by_size: dict[int, list[float]], device: str, source: str) -> CostModel:
-    """A cost model from measured per-step seconds (draft + verify), the median per size (robust to noise).
+def cost_from_steps(steps: dict[int | DraftShape, list[float]], device: str, source: str) -> CostModel:
+    """A cost model from measured per-step seconds (draft + verify) per block size or draft shape, the median of
+    each (robust to noise).
 
     The one builder: calibration passes each step's time, collected records each prompt's mean step time
-    (`training.policy.collected.step_seconds_by_size`). Sizes without times are left out."""
-    sizes = sorted(b for b, secs in steps_by_size.items() if secs)
-    if not sizes:
-        raise ValueError("No timed steps to build a cost model from.")
-    return CostModel(sizes, [statistics.median(steps_by_size[b]) for b in sizes], device, source)
+    (`training.policy.collected.step_seconds_by_candidate`). Candidates without times are left out."""
+    medians = {DraftShape.parse(c): statistics.median(secs) for c, secs in steps.items() if secs}
+    chains = sorted(c for c in medians if c.is_chain)
+    if not chains:
+        raise ValueError("No timed steps at any block size to build a cost model from.")
+    shapes = {str(c): t for c, t in sorted(medians.items()) if not c.is_chain}
+    return CostModel([c.block_size for c in chains], [medians[c] for c in chains], device, source, shapes)
 
 
 def device_name(device: torch.device | str) -> str:

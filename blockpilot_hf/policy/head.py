@@ -6,7 +6,8 @@ features, and picks the size with the highest expected tokens per second (or, op
 
 Architecture (shapes for one prompt): feature rows (G, H) -> parameter-free layer norm -> one shared
 Linear(H, r) -> (G*r) concatenated with standardised logit stats (S) -> MLP -> (C) outputs, one per candidate
-size b, mapped to tau(b) = 1 + (b - 1) * sigmoid(out) so that 1 <= tau(b) <= b and tau(1) = 1 exactly.
+candidate c (a block size b, or a tree / lookup `DraftShape`), mapped to tau(c) = 1 + (m - 1) * sigmoid(out)
+where m is the most tokens one step of c can commit (b for a chain), so that 1 <= tau(c) <= m and tau(1) = 1.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from torch import nn
 
 from ..constants import CARD_NAME, POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME
 from ..decoding.engine import Prefill
+from ..decoding.shape import DraftShape
 from ..validation import check_policy_compatible
 from .config import BlockPolicyConfig, CostModel
 from .cost import choose_size
@@ -41,12 +43,13 @@ class BlockPolicy(nn.Module):
         layers: list[nn.Module] = []
         for a, b in itertools.pairwise(widths):
             layers += [nn.Linear(a, b), nn.GELU()]
-        layers.append(nn.Linear(widths[-1], len(config.candidate_sizes)))
+        layers.append(nn.Linear(widths[-1], len(config.candidates)))
         self.mlp = nn.Sequential(*layers)
         # Standardisation of the logit stats, fitted on the training prompts (saved with the weights).
         self.register_buffer("stats_mean", torch.zeros(spec.num_stats))
         self.register_buffer("stats_std", torch.ones(spec.num_stats))
-        self.register_buffer("sizes", torch.tensor(config.candidate_sizes, dtype=torch.float32))
+        # The most tokens a step of each candidate commits: the upper bound of its predicted tau.
+        self.register_buffer("sizes", torch.tensor([c.max_tokens for c in config.candidates], dtype=torch.float32))
         self.cost_override: CostModel | None = None
 
     # ---- prediction -------------------------------------------------------------------------------------------
@@ -61,7 +64,7 @@ class BlockPolicy(nn.Module):
 
     @torch.no_grad()
     def predict_tau(self, features: Prefill | PrefillFeatures) -> list[float]:
-        """Predicted acceptance length for each of `config.candidate_sizes`, from one request's prefill."""
+        """Predicted acceptance length for each of `config.candidates`, from one request's prefill."""
         if isinstance(features, Prefill):
             features = extract_features(features, self.config.features)
         device = self.sizes.device
@@ -78,31 +81,36 @@ class BlockPolicy(nn.Module):
         return self.cost_override or self.config.cost
 
     def usable_cost_model(self, cost: CostModel | None) -> CostModel | None:
-        """`cost` if it covers every candidate size, else None (with a warning): the stored model is then used."""
-        if cost is not None and not cost.covers(self.config.candidate_sizes):
+        """`cost` (with the stored model's tree / lookup shapes added, see `CostModel.with_shapes_from`) if it covers
+        every candidate, else None (with a warning): the stored model is then used."""
+        if cost is not None:
+            cost = cost.with_shapes_from(self.config.cost)
+        if cost is not None and not cost.covers(self.config.candidates):
             logger.warning(
-                "Calibration covers sizes %s, not all of %s: keeping the stored cost model.",
+                "Calibration covers sizes %s and shapes %s, not all of %s: keeping the stored cost model.",
                 cost.block_sizes,
-                self.config.candidate_sizes,
+                sorted(cost.shapes),
+                [str(c) for c in self.config.candidates],
             )
             return None
         return cost
 
     def use_cost_model(self, cost: CostModel | None) -> BlockPolicy:
         """Use `cost` (e.g. this machine's calibration) instead of the stored one; None restores it."""
-        if cost is None or self.usable_cost_model(cost) is not None:
-            self.cost_override = cost
+        usable = self.usable_cost_model(cost)
+        if cost is None or usable is not None:
+            self.cost_override = usable
         return self
 
-    def choose(self, prefill: Prefill | PrefillFeatures, rule: str | None = None, cost: CostModel | None = None) -> int:
-        """The block size for this request under `rule` (default: the config's choice rule), with `cost` (default:
-        `cost_model`) as the seconds per step of each size."""
-        return choose_size(
-            self.predict_tau(prefill),
-            self.config.candidate_sizes,
-            rule or self.config.choice,
-            cost or self.cost_model,
+    def choose(
+        self, prefill: Prefill | PrefillFeatures, rule: str | None = None, cost: CostModel | None = None
+    ) -> int | DraftShape:
+        """The block size (or, for a tree / lookup candidate, the `DraftShape`) for this request under `rule`
+        (default: the config's choice rule), with `cost` (default: `cost_model`) as the seconds per step."""
+        best = choose_size(
+            self.predict_tau(prefill), self.config.candidates, rule or self.config.choice, cost or self.cost_model
         )
+        return best.block_size if best.is_chain else best
 
     def __call__(self, *args, **kwargs):
         # A Prefill alone means "choose"; tensors mean the usual nn.Module forward.

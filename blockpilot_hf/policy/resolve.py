@@ -1,8 +1,9 @@
 """Turn the `block_size` / `block_policy` arguments of `generate` into a block size or a per-request chooser.
 
-`block_policy` may be an int, `"fixed:N"`, a policy folder, a Hub id of one, a `BlockPolicy`, or any callable
-taking a `Prefill` and returning an int. Whatever a chooser returns is checked by `check_block_size` before the
-engine uses it, so a policy can change speed but never correctness.
+`block_policy` may be an int, `"fixed:N"` (N a block size or a draft shape such as `8+tree16`), a policy folder, a
+Hub id of one, a `BlockPolicy`, or any callable taking a `Prefill` and returning an int or a `DraftShape`. Whatever a
+chooser returns is checked by `check_shape` before the engine uses it, so a policy can change speed but never
+correctness.
 """
 
 from __future__ import annotations
@@ -12,15 +13,18 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..decoding.engine import BlockChooser, Prefill
-from ..validation import check_block_size, check_policy_compatible, check_policy_sizes
+from ..decoding.shape import DraftShape
+from ..validation import check_block_size, check_policy_compatible, check_policy_sizes, check_shape
+from .baselines import FixedPolicy
 from .config import CostModel
 
 
-def resolve_block_policy(block_policy, block_size, drafter, target) -> int | BlockChooser:
+def resolve_block_policy(block_policy, block_size, drafter, target, draft_sampling: bool = False) -> int | BlockChooser:
     """Return a fixed block size or a `BlockChooser` (whose answers are checked) for the engine.
 
-    Accepts an int or `"fixed:N"` for a fixed size; none of both means the drafter's training block size. A
-    `BlockPolicy` is used as it is, never modified: this machine's calibration travels with the returned chooser.
+    Accepts an int or `"fixed:N"` for a fixed size (`"fixed:8+tree16"` for a fixed shape); none of both means the
+    drafter's training block size. A `BlockPolicy` is used as it is, never modified: this machine's calibration
+    travels with the returned chooser.
     """
     if block_policy is not None and block_size is not None:
         raise ValueError("Pass either `block_size` or `block_policy`, not both.")
@@ -30,21 +34,27 @@ def resolve_block_policy(block_policy, block_size, drafter, target) -> int | Blo
         return check_block_size(block_policy, drafter)
     if isinstance(block_policy, str) and block_policy.startswith("fixed:"):
         try:
-            size = int(block_policy.removeprefix("fixed:"))
+            shape = DraftShape.parse(block_policy.removeprefix("fixed:"))
         except ValueError as err:
-            raise ValueError(f"block_policy {block_policy!r}: expected 'fixed:N' with an integer N.") from err
-        return check_block_size(size, drafter)
+            raise ValueError(
+                f"block_policy {block_policy!r}: expected 'fixed:N' with an integer N, or a draft shape such as "
+                f"'fixed:8+tree16' ({err})"
+            ) from err
+        if shape.is_chain:
+            return check_block_size(shape.block_size, drafter)
+        return CheckedChooser(FixedPolicy(shape), target, drafter, draft_sampling)
     from .head import BlockPolicy
 
     if isinstance(block_policy, (str, os.PathLike)):
         block_policy = BlockPolicy.from_pretrained(block_policy)
     if isinstance(block_policy, BlockPolicy):
-        return CheckedChooser(_prepare_policy(block_policy, drafter, target), drafter)
+        chooser = _prepare_policy(block_policy, drafter, target, draft_sampling)
+        return CheckedChooser(chooser, target, drafter, draft_sampling)
     if callable(block_policy):
-        return CheckedChooser(as_chooser(block_policy), drafter)
+        return CheckedChooser(as_chooser(block_policy), target, drafter, draft_sampling)
     raise ValueError(
         f"Unknown block_policy {block_policy!r} ({type(block_policy).__name__}): pass an int, 'fixed:N', a policy "
-        "folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int."
+        "folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int or a DraftShape."
     )
 
 
@@ -77,34 +87,36 @@ class CalibratedPolicy:
     def name(self) -> str:
         return self.policy.name
 
-    def __call__(self, prefill: Prefill) -> int:
+    def __call__(self, prefill: Prefill) -> int | DraftShape:
         return self.policy.choose(prefill, cost=self.cost)
 
 
 @dataclass
 class CheckedChooser:
-    """A chooser whose answer is checked against the drafter, so a bad answer raises a clear error instead of
-    reaching the engine: a policy can change speed, never correctness."""
+    """A chooser whose answer is checked against the target, drafter and options (`check_shape`), so a bad answer
+    raises a clear error instead of reaching the engine: a policy can change speed, never correctness."""
 
     chooser: BlockChooser
+    target: object
     drafter: object
+    draft_sampling: bool = False
 
     @property
     def name(self) -> str:
         return self.chooser.name
 
-    def __call__(self, prefill: Prefill) -> int:
-        size = self.chooser(prefill)
+    def __call__(self, prefill: Prefill) -> int | DraftShape:
+        answer = self.chooser(prefill)
         try:
-            return check_block_size(size, self.drafter)
+            return check_shape(answer, self.target, self.drafter, self.draft_sampling)
         except (TypeError, ValueError) as err:
-            raise type(err)(f"block_policy {self.name!r} returned an invalid block size: {err}") from err
+            raise type(err)(f"block_policy {self.name!r} returned an invalid block size or shape: {err}") from err
 
 
-def _prepare_policy(policy, drafter, target) -> CalibratedPolicy:
+def _prepare_policy(policy, drafter, target, draft_sampling: bool) -> CalibratedPolicy:
     """Check the policy fits this target/drafter, and pick this machine's calibration if one is cached."""
     from .cost import load_calibration
 
     check_policy_compatible(policy.config, target, drafter)
-    check_policy_sizes(policy.config, drafter)
+    check_policy_sizes(policy.config, target, drafter, draft_sampling)
     return CalibratedPolicy(policy, policy.usable_cost_model(load_calibration(target, drafter)))

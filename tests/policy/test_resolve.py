@@ -96,7 +96,7 @@ def test_baseline_chooser_in_generate(pair, low, high, expected):
 @pytest.mark.parametrize(
     "bad, error, message",
     [
-        (lambda p: 0, ValueError, "returned an invalid block size: block size 0 is out of range"),
+        (lambda p: 0, ValueError, "returned an invalid block size or shape: block size 0 is out of range"),
         (lambda p: 33, ValueError, "out of range: use 1 .* to 32"),
         (lambda p: 4.0, TypeError, "must be an int"),
     ],
@@ -120,7 +120,7 @@ def test_resolve_errors(task, pair, tmp_path):
     try:
         resolve_block_policy(policy, None, drafter, target)
         policy.config.candidate_sizes = [1, 2, 4, 8, 12]
-        with pytest.raises(ValueError, match="can choose block size 12, which this drafter refuses"):
+        with pytest.raises(ValueError, match="can choose 12, which cannot run here: block size 12 is out of range"):
             resolve_block_policy(policy, None, drafter, target)
     finally:
         drafter.config.block_size = 8

@@ -1,11 +1,11 @@
-r"""`blockpilot collect`: decode each prompt at every candidate block size and record what happened.
+r"""`blockpilot collect`: decode each prompt at every candidate block size and draft shape; record what happened.
 
     blockpilot collect --target smollm2 --drafter DRAFTER_DIR --prompts gsm8k:policy,humaneval:policy \
-        --block-sizes 1,2,4,6,8,12,16 --max-new-tokens 128 --out runs/collect
+        --block-sizes 1,2,4,6,8,12,16 --shapes 8+tree16,1+lookup10 --max-new-tokens 128 --out runs/collect
     accelerate launch --multi_gpu --num_processes 2 -m blockpilot_hf.cli collect ...  # one shard per process
     torchrun --nproc_per_node 2 -m blockpilot_hf.cli collect ...                     # the same (CPU: gloo)
 
-Per prompt: one plain greedy `generate` (the reference output and time), then one run per block size through
+Per prompt: one plain greedy `generate` (the reference output and time), then one run per candidate through
 `generate(block_policy=...)`, whose chooser also records the prefill features the policy will learn from.
 Each finished prompt is one appended JSON line, so a crash loses at most the prompt in flight; rerunning skips
 the prompts already in any shard.
@@ -21,6 +21,7 @@ from pathlib import Path
 import torch
 
 from ...decoding.engine import Prefill
+from ...decoding.shape import DraftShape
 from ...decoding.stats import device_clock
 from ...drafter import DFlashDrafter
 from ...generation import enable
@@ -46,19 +47,19 @@ DrafterSource = DFlashDrafter | Callable[[CollectItem, torch.Tensor], DFlashDraf
 
 
 class _FeatureRecorder:
-    """A `block_policy` chooser that returns a fixed size and keeps the features of the prefill it saw."""
+    """A `block_policy` chooser that returns a fixed shape and keeps the features of the prefill it saw."""
 
-    def __init__(self, size: int, spec):
-        self.size, self.spec, self.features = size, spec, None
-        self.name = f"fixed:{size}"
+    def __init__(self, shape: DraftShape, spec):
+        self.shape, self.spec, self.features = shape, spec, None
+        self.name = f"fixed:{shape}"
 
-    def __call__(self, prefill: Prefill) -> int:
+    def __call__(self, prefill: Prefill) -> DraftShape:
         self.features = extract_features(prefill, self.spec)
-        return self.size
+        return self.shape
 
 
 def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
-    """Plain greedy once, then one run per block size; every run is checked token for token against plain."""
+    """Plain greedy once, then one run per block size and shape; each is checked token for token against plain."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
     gen = dict(max_new_tokens=config.max_new_tokens, do_sample=False)
     start = device_clock(target.device)
@@ -69,8 +70,8 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
     spec = spec_for(target, model, config.top_k)
     features: PrefillFeatures | None = None
     runs = []
-    for size in config.block_sizes:
-        recorder = _FeatureRecorder(size, spec)
+    for shape in config.candidates:
+        recorder = _FeatureRecorder(shape, spec)
         with torch.inference_mode():
             out = target.generate(
                 input_ids=input_ids,
@@ -83,16 +84,17 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
         stats = out.blockpilot
         same = out.sequences.shape == plain.shape and bool(torch.equal(out.sequences, plain))
         if not same:
-            logger.warning("%s at block size %d differs from plain greedy generate", item.prompt_id, size)
+            logger.warning("%s with %s differs from plain greedy generate", item.prompt_id, shape)
         runs.append(
             SizeRun(
-                size,
+                shape.block_size,
                 stats.acceptance_lengths,
                 stats.new_tokens,
                 stats.draft_time,
                 stats.verify_time,
                 stats.total_time,
                 same,
+                "" if shape.is_chain else str(shape),
             )
         )
     return PromptRecord(
@@ -112,6 +114,7 @@ def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectM
         target_id=getattr(target.config, "name_or_path", "") or "",
         drafter_id=getattr(drafter.config, "name_or_path", "") or "",
         block_sizes=config.block_sizes,
+        shapes=config.shapes,
         max_new_tokens=config.max_new_tokens,
         hidden_size=hidden,
         target_layer_ids=list(drafter.config.target_layer_ids),

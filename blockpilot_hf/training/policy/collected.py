@@ -10,6 +10,7 @@ import logging
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 
+from ...decoding.shape import DraftShape
 from ...decoding.stats import mean_acceptance_length, tokens_per_second
 from ...jsonfile import from_dict, load_json, save_json
 from ...jsonl import JsonlWriter, read_rows
@@ -26,7 +27,7 @@ def shard_path(folder: Path, process_index: int) -> Path:
 
 @dataclass
 class SizeRun:
-    """One prompt decoded at one fixed block size."""
+    """One prompt decoded at one fixed block size, or one fixed tree / lookup `shape` (its text form)."""
 
     block_size: int
     acceptance_lengths: list[int]  # tokens committed per step (accepted drafts + 1)
@@ -35,6 +36,12 @@ class SizeRun:
     verify_time: float
     total_time: float
     matches_greedy: bool  # output token-identical to plain greedy generate
+    shape: str = ""  # a tree / lookup shape such as "8+tree16"; empty for the chain of `block_size`
+
+    @property
+    def candidate(self) -> DraftShape:
+        """What this run decoded with, as the policy's candidates name it."""
+        return DraftShape.parse(self.shape or self.block_size)
 
     @property
     def tau(self) -> float:
@@ -63,14 +70,20 @@ class PromptRecord:
     features: list[float]
     runs: list[SizeRun] = field(default_factory=list)
 
-    def taus(self) -> dict[int, float]:
-        return {r.block_size: r.tau for r in self.runs}
+    def taus(self) -> dict[DraftShape, float]:
+        """Measured tau per candidate (block sizes as chain shapes)."""
+        return {r.candidate: r.tau for r in self.runs}
 
-    def run(self, block_size: int) -> SizeRun:
+    def chain_taus(self) -> dict[int, float]:
+        """Measured tau per block size (the chain runs only)."""
+        return {c.block_size: t for c, t in self.taus().items() if c.is_chain}
+
+    def run(self, candidate: int | DraftShape) -> SizeRun:
+        wanted = DraftShape.parse(candidate)
         for r in self.runs:
-            if r.block_size == block_size:
+            if r.candidate == wanted:
                 return r
-        raise KeyError(f"prompt {self.prompt_id} has no run at block size {block_size}")
+        raise KeyError(f"prompt {self.prompt_id} has no run with {wanted}")
 
     @classmethod
     def from_row(cls, row: dict) -> PromptRecord:
@@ -96,6 +109,12 @@ class CollectMeta:
     top_k: int
     device: str
     temperature: float = 0.0
+    shapes: list[str] = field(default_factory=list)  # tree / lookup shapes run besides the block sizes
+
+    @property
+    def candidates(self) -> list[DraftShape]:
+        """Every block size and shape each prompt was decoded with."""
+        return [DraftShape(b) for b in self.block_sizes] + [DraftShape.parse(s) for s in self.shapes]
 
     def save(self, folder: Path) -> None:
         save_json(self, folder / META_NAME)
@@ -139,11 +158,12 @@ def shard_writer(folder: Path, process_index: int) -> JsonlWriter:
     return JsonlWriter(shard_path(folder, process_index), PromptRecord.from_row)
 
 
-def step_seconds_by_size(records: list[PromptRecord]) -> dict[int, list[float]]:
-    """Per block size, each prompt's mean seconds per step there (what `policy.cost.cost_from_steps` takes)."""
-    by_size: dict[int, list[float]] = {}
+def step_seconds_by_candidate(records: list[PromptRecord]) -> dict[DraftShape, list[float]]:
+    """Per block size or shape, each prompt's mean seconds per step there (what `policy.cost.cost_from_steps`
+    takes)."""
+    by_candidate: dict[DraftShape, list[float]] = {}
     for record in records:
         for run in record.runs:
             if run.acceptance_lengths:
-                by_size.setdefault(run.block_size, []).append(run.step_seconds)
-    return by_size
+                by_candidate.setdefault(run.candidate, []).append(run.step_seconds)
+    return by_candidate

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 
 from ...constants import EMBEDDED
 from ...data import SPLITS
+from ...decoding.shape import DraftShape
 
 TARGET_HELP = "target: 'smollm2' (embedded), a causal LM folder or a Hub id"
 DRAFTER_HELP = "DFlash drafter folder or Hub id; 'embedded' = the shipped SmolLM2 drafter"
@@ -23,6 +24,10 @@ class CollectConfig:
         default_factory=lambda: [1, 2, 4, 6, 8, 12, 16],
         metadata={"help": "candidate block sizes; 1 is always added"},
     )
+    shapes: list[str] = field(
+        default_factory=list,
+        metadata={"help": "tree / prompt-lookup draft shapes to decode with as well, e.g. 8+tree16,1+lookup10"},
+    )
     max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt and block size"})
     top_k: int = field(default=8, metadata={"help": "top-k log-probs among the logit features"})
 
@@ -30,6 +35,17 @@ class CollectConfig:
         self.block_sizes = sorted({1, *map(int, self.block_sizes)})
         if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
             raise ValueError("max_new_tokens and block sizes must be >= 1.")
+        shapes = sorted({DraftShape.parse(s) for s in self.shapes})
+        if any(s.is_chain for s in shapes):
+            raise ValueError(
+                f"--shapes {self.shapes}: plain block sizes belong in --block-sizes; a shape adds +treeN and/or +lookupK."
+            )
+        self.shapes = [str(s) for s in shapes]
+
+    @property
+    def candidates(self) -> list[DraftShape]:
+        """Every block size and shape a prompt is decoded with."""
+        return [DraftShape(b) for b in self.block_sizes] + [DraftShape.parse(s) for s in self.shapes]
 
 
 @dataclass(kw_only=True)

@@ -14,13 +14,14 @@ import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...decoding.shape import DraftShape
 from ...policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
 from ...policy.config import CostModel
 from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures
 from ...policy.head import BlockPolicy
 from ...validation import check_policy_fits_collection
-from .collected import PromptRecord, read_records, step_seconds_by_size
+from .collected import PromptRecord, read_records, step_seconds_by_candidate
 
 logger = logging.getLogger(__name__)
 
@@ -32,12 +33,12 @@ class MethodScore:
     method: str
     source: str
     prompts: int
-    accuracy: float  # share of prompts where the method chose the oracle's size
+    accuracy: float  # share of prompts where the method chose the oracle's size (or shape)
     tau: float  # mean measured tau at the chosen sizes
     tokens_per_second: float  # mean measured tokens/s of the runs at the chosen sizes
     modelled_speed: float  # mean tau / cost(b), tokens per second under the cost model
     regret: float  # mean 1 - modelled speed / oracle's
-    mean_size: float
+    mean_size: float  # mean chosen block size (a shape counts its chain length)
 
 
 @dataclass
@@ -50,7 +51,7 @@ class Headline:
 @dataclass
 class EvaluationReport:
     scores: list[MethodScore]
-    choices: dict[str, list[int]] = field(default_factory=dict)  # method -> chosen size per prompt (record order)
+    choices: dict[str, list[DraftShape]] = field(default_factory=dict)  # method -> choice per prompt (record order)
 
     def score(self, method: str, source: str = "all") -> MethodScore:
         return next(s for s in self.scores if s.method == method and s.source == source)
@@ -86,13 +87,16 @@ class EvaluationReport:
 
 
 def methods_for(policy: BlockPolicy) -> dict[str, object]:
-    """The policy (both choice rules) and the baselines, all with `choose(features) -> int`."""
+    """The policy (both choice rules) and the baselines, all with `choose(features) -> int | DraftShape`: the best
+    fixed size, the training size, every tree / lookup candidate as a fixed shape, and the entropy heuristic."""
     cfg = policy.config
     methods: dict[str, object] = {"blockpilot": policy, "blockpilot-classifier": _Rule(policy, "classifier")}
     if cfg.best_fixed_size is not None:
         methods[f"best-fixed:{cfg.best_fixed_size}"] = FixedPolicy(cfg.best_fixed_size)
     if cfg.training_block_size in cfg.candidate_sizes:
         methods[f"training-size:{cfg.training_block_size}"] = FixedPolicy(cfg.training_block_size)
+    for shape in cfg.candidate_shapes:
+        methods[f"fixed:{shape}"] = FixedPolicy(DraftShape.parse(shape))
     methods["entropy"] = EntropyPolicy(cfg.candidate_sizes)
     return methods
 
@@ -104,7 +108,7 @@ class _Rule:
     policy: BlockPolicy
     rule: str
 
-    def choose(self, features: PrefillFeatures) -> int:
+    def choose(self, features: PrefillFeatures) -> int | DraftShape:
         return self.policy.choose(features, rule=self.rule)
 
 
@@ -112,8 +116,8 @@ def _score(
     method: str,
     source: str,
     records: list[PromptRecord],
-    sizes: list[int],
-    oracle: list[int],
+    sizes: list[DraftShape],
+    oracle: list[DraftShape],
     cost: CostModel,
 ) -> MethodScore:
     speeds = [modelled_throughput(r.taus()[b], b, cost) for r, b in zip(records, sizes, strict=True)]
@@ -128,7 +132,7 @@ def _score(
         tokens_per_second=sum(r.run(b).tokens_per_second for r, b in zip(records, sizes, strict=True)) / n,
         modelled_speed=sum(speeds) / n,
         regret=sum(1 - s / o for s, o in zip(speeds, best, strict=True)) / n,
-        mean_size=sum(sizes) / n,
+        mean_size=sum(b.block_size for b in sizes) / n,
     )
 
 
@@ -138,12 +142,12 @@ def evaluate_records(
     """Score every method on `records`, overall and per source. `cost` defaults to the records' own timings."""
     if not records:
         raise ValueError("No records to evaluate on.")
-    cost = cost or cost_from_steps(step_seconds_by_size(records), "heldout", "collected")
+    cost = cost or cost_from_steps(step_seconds_by_candidate(records), "heldout", "collected")
     spec = policy.config.features
     features = [PrefillFeatures.from_list(r.features, spec) for r in records]
-    choices = {name: [m.choose(f) for f in features] for name, m in methods_for(policy).items()}
-    sizes = policy.config.candidate_sizes
-    choices["oracle"] = [oracle_size({b: r.taus()[b] for b in sizes}, cost) for r in records]
+    choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods_for(policy).items()}
+    candidates = policy.config.candidates
+    choices["oracle"] = [oracle_size({c: r.taus()[c] for c in candidates}, cost) for r in records]
     scores = []
     for source in ["all", *sorted({r.source for r in records})]:
         idx = [i for i, r in enumerate(records) if source in ("all", r.source)]
@@ -156,7 +160,7 @@ def evaluate_records(
 
 
 def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path) -> list[Path]:
-    """Best-size distribution, tau vs size per prompt, predicted vs actual tau; PNG files in `out`."""
+    """Best-size distribution, tau vs size (or shape) per prompt, predicted vs actual tau; PNG files in `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -165,7 +169,8 @@ def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: Evaluat
     from ...bench.report import block_size_chart
 
     out.mkdir(parents=True, exist_ok=True)
-    sizes = policy.config.candidate_sizes
+    sizes = policy.config.candidates
+    labels = [str(c) for c in sizes]
     paths = [out / "best_sizes.png", out / "tau_vs_size.png", out / "predicted_vs_actual.png"]
 
     fig = block_size_chart(plt, report.choices["oracle"], report.choices["blockpilot"], "prompts", sizes)
@@ -175,10 +180,10 @@ def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: Evaluat
     fig, ax = plt.subplots(figsize=(6, 4))
     colors = {s: f"C{i}" for i, s in enumerate(sorted({r.source for r in records}))}
     for r in records:
-        ax.plot(sizes, [r.taus()[b] for b in sizes], color=colors[r.source], alpha=0.4)
+        ax.plot(labels, [r.taus()[b] for b in sizes], color=colors[r.source], alpha=0.4)
     for source, color in colors.items():
         ax.plot([], [], color=color, label=source)
-    ax.set(xlabel="block size", ylabel="tau (mean acceptance length)", title="tau vs block size per prompt")
+    ax.set(xlabel="block size / draft shape", ylabel="tau (mean acceptance length)", title="tau per prompt")
     ax.legend()
     fig.savefig(paths[1], dpi=100, bbox_inches="tight")
     plt.close(fig)
@@ -188,7 +193,7 @@ def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: Evaluat
     for r in records:
         predicted = policy.predict_tau(PrefillFeatures.from_list(r.features, spec))
         ax.scatter([r.taus()[b] for b in sizes], predicted, s=8, color=colors[r.source], alpha=0.6)
-    top = max(sizes)
+    top = max(c.max_tokens for c in sizes)
     ax.plot([1, top], [1, top], color="gray", linewidth=1)
     ax.set(xlabel="measured tau", ylabel="predicted tau", title="Predicted vs measured tau (all sizes)")
     fig.savefig(paths[2], dpi=100, bbox_inches="tight")

@@ -17,12 +17,13 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...decoding.shape import DraftShape
 from ...policy.baselines import best_fixed_size
 from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
 from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures, stack_features
 from ...policy.head import BlockPolicy
-from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_size
+from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_candidate
 from .config import FitConfig
 
 if TYPE_CHECKING:
@@ -54,6 +55,7 @@ def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fi
         vocab_size=meta.vocab_size,
         target_layer_ids=meta.target_layer_ids,
         candidate_sizes=meta.block_sizes,
+        candidate_shapes=meta.shapes,
         projection_dim=config.projection_dim,
         hidden_sizes=config.hidden_sizes,
         choice=config.choice,
@@ -67,17 +69,17 @@ def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fi
     )
 
 
-def training_tensors(records: list[PromptRecord], spec: FeatureSpec, sizes: list[int]):
-    """groups (N, G, H), stats (N, S), log tau targets (N, C) for the candidate sizes."""
+def training_tensors(records: list[PromptRecord], spec: FeatureSpec, candidates: list[DraftShape]):
+    """groups (N, G, H), stats (N, S), log tau targets (N, C) for the candidates (block sizes and shapes)."""
     feats = [PrefillFeatures.from_list(r.features, spec) for r in records]
     groups, stats = stack_features(feats)
-    taus = torch.tensor([[r.taus()[b] for b in sizes] for r in records], dtype=torch.float32)  # (N, C)
+    taus = torch.tensor([[r.taus()[c] for c in candidates] for r in records], dtype=torch.float32)  # (N, C)
     return groups, stats, taus.log()
 
 
 def fit_head(policy: BlockPolicy, records: list[PromptRecord], config: FitConfig) -> list[float]:
     """Full-batch AdamW on MSE(log tau); returns the loss curve. The stats standardisation comes from `records`."""
-    groups, stats, target = training_tensors(records, policy.config.features, policy.config.candidate_sizes)
+    groups, stats, target = training_tensors(records, policy.config.features, policy.config.candidates)
     policy.stats_mean.copy_(stats.mean(dim=0))
     policy.stats_std.copy_(stats.std(dim=0, unbiased=False).clamp(min=1e-3))
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
@@ -98,13 +100,14 @@ def fit_policy(
 ) -> BlockPolicy:
     """A trained head (no held-out split here: pass the training records). `cost` defaults to the collected one."""
     for r in records:
-        missing = set(meta.block_sizes) - set(r.taus())
+        missing = set(meta.candidates) - set(r.taus())
         if missing:
             raise ValueError(
-                f"prompt {r.prompt_id} lacks runs at sizes {sorted(missing)}; the collect folder is inconsistent."
+                f"prompt {r.prompt_id} lacks runs with {', '.join(map(str, sorted(missing)))}; the collect folder is "
+                "inconsistent."
             )
-    cost = cost or cost_from_steps(step_seconds_by_size(records), meta.device, "collected")
-    best = best_fixed_size([r.taus() for r in records], cost, config.choice)
+    cost = cost or cost_from_steps(step_seconds_by_candidate(records), meta.device, "collected")
+    best = best_fixed_size([r.chain_taus() for r in records], cost, config.choice)
     torch.manual_seed(config.seed)
     policy = BlockPolicy(policy_config(meta, config, cost, best))
     losses = fit_head(policy, records, config)

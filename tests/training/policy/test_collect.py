@@ -19,7 +19,7 @@ def test_collected_rows_hold_the_known_answers(task):
     for record in task.train:
         assert all(run.matches_greedy for run in record.runs)
         assert len(record.features) == task.policy.config.features.size
-        taus = record.taus()
+        taus = record.chain_taus()
         assert taus[1] == 1.0
         if record.source == "easy":  # perfect drafts: 11 tokens after the first one, committed 8 + 3 at size 8
             assert taus[8] == pytest.approx(5.5) and record.run(8).acceptance_lengths == [8, 3]
