@@ -1,4 +1,5 @@
-"""Batched DFlash decoding: B left-padded prompts in one `generate` call, each row at its own block size.
+"""Batched DFlash decoding: B left-padded prompts in one `generate` call, each row at its own block size (or, with
+a BlockPilot policy, at the one size that suits the batch best).
 
     sequences, stats = batched_speculative_generate(target, drafter, input_ids, attention_mask, block_size=policy,
                                                     logits_processor=..., stopping_criteria=..., max_length=...,
@@ -77,22 +78,24 @@ def batched_speculative_generate(
     logits = out.logits[:, -1].float()  # (B, V)
     context = drafter.context_features(out.hidden_states)  # (B, T, n*H)
 
-    # Each row's block size from its own prefill, and its first token.
-    sizes, stats = [], []
+    # Each row's block size from its own prefill (or one for the batch, see `_row_sizes`), and its first token.
+    prefills = [
+        Prefill(
+            input_ids[i : i + 1, mask[i]],
+            logits[i : i + 1],
+            out.hidden_states[final_index][i : i + 1, -1],
+            context[i : i + 1, mask[i]],
+        )
+        for i in range(batch)
+    ]
+    policy_start = time.perf_counter()
+    sizes, name = _row_sizes(block_size, prefills)
+    policy_time = (time.perf_counter() - policy_start) / batch
+    stats = [
+        GenerationStats(b, name, p.input_ids.shape[1], str(b), policy_time=policy_time)
+        for b, p in zip(sizes, prefills, strict=True)
+    ]
     for i, row in enumerate(rows):
-        keep = mask[i]
-        last_hidden = out.hidden_states[final_index][i : i + 1, -1]
-        prefill = Prefill(input_ids[i : i + 1, keep], logits[i : i + 1], last_hidden, context[i : i + 1, keep])
-        policy_start = time.perf_counter()
-        shape, name = choose_shape(block_size, prefill)
-        if not shape.is_chain:
-            raise ValueError(
-                f"block_policy {name!r} chose draft shape {shape} for row {i}: a batch drafts chains only. Generate "
-                "that row on its own, or use a policy whose candidates are block sizes."
-            )
-        elapsed = time.perf_counter() - policy_start
-        stats.append(GenerationStats(shape.block_size, name, int(keep.sum()), str(shape), policy_time=elapsed))
-        sizes.append(shape.block_size)
         row.commit(accept_point_mass([], lambda j, c, i=i: scores[i](logits[i], c), do_sample, generator))
     prefill_time = device_clock(device) - start
     for s in stats:
@@ -193,6 +196,28 @@ def batched_speculative_generate(
     for row, s in zip(rows, stats, strict=True):
         s.new_tokens, s.total_time = row.length - prompt_len, total
     return torch.cat([row.buffer[:, :length] for row in rows]), stats
+
+
+def _row_sizes(block_size: int | BlockChooser, prefills: list[Prefill]) -> tuple[list[int], str]:
+    """Each row's block size and the chooser's name.
+
+    A chooser whose `choose_batch(prefills)` gives a size (a BlockPilot policy) sets it for every row: each step
+    verifies the widest block for every row anyway (a shorter block is padded with holes), so what matters is the
+    size with the best predicted throughput of the whole batch. Other choosers are asked row by row."""
+    batch_rule = getattr(block_size, "choose_batch", None)
+    shared = batch_rule(prefills) if batch_rule is not None else None
+    if shared is not None:
+        return [shared] * len(prefills), block_size.name
+    sizes = []
+    for i, prefill in enumerate(prefills):
+        shape, name = choose_shape(block_size, prefill)
+        if not shape.is_chain:
+            raise ValueError(
+                f"block_policy {name!r} chose draft shape {shape} for row {i}: a batch drafts chains only. Generate "
+                "that row on its own, or use a policy whose candidates are block sizes."
+            )
+        sizes.append(shape.block_size)
+    return sizes, name
 
 
 def _drop_finished(live: list[int], rows: list[_Sequence], caches: list[DynamicCache], *per_row: torch.Tensor):

@@ -112,6 +112,26 @@ class BlockPolicy(nn.Module):
         )
         return best.block_size if best.is_chain else best
 
+    def choose_batch(
+        self, prefills: list[Prefill | PrefillFeatures], rule: str | None = None, cost: CostModel | None = None
+    ) -> int:
+        """One block size for a batch of requests decoded together: argmax over block sizes b of the batch's
+        predicted tokens per second, sum_r tau_r(b) / cost(B * b). A batched step verifies B rows of the widest
+        block, which costs about what one row of B * b tokens does. Sizes whose B * b tokens lie beyond what the
+        cost model measured are left out (a cost curve is not extrapolated: calibrate wider steps to allow them),
+        and so are shapes (batches draft chains); size 1 always stays."""
+        rule, cost, batch = rule or self.config.choice, cost or self.cost_model, len(prefills)
+        priced = rule == "throughput" and cost is not None
+
+        def allowed(c: DraftShape) -> bool:
+            return c.is_chain and (c.block_size == 1 or not priced or cost.covers([batch * c.block_size]))
+
+        usable = [i for i, c in enumerate(self.config.candidates) if allowed(c)]
+        taus = [self.predict_tau(p) for p in prefills]
+        totals = [sum(t[i] for t in taus) for i in usable]
+        tokens = [self.config.candidates[i].block_size * batch for i in usable]  # verified by one batched step
+        return choose_size(totals, tokens, rule, cost) // batch
+
     def __call__(self, *args, **kwargs):
         # A Prefill alone means "choose"; tensors mean the usual nn.Module forward.
         if len(args) == 1 and not kwargs and isinstance(args[0], Prefill):

@@ -90,6 +90,9 @@ class CalibratedPolicy:
     def __call__(self, prefill: Prefill) -> int | DraftShape:
         return self.policy.choose(prefill, cost=self.cost)
 
+    def choose_batch(self, prefills: list[Prefill]) -> int:
+        return self.policy.choose_batch(prefills, cost=self.cost)
+
 
 @dataclass
 class CheckedChooser:
@@ -106,7 +109,15 @@ class CheckedChooser:
         return self.chooser.name
 
     def __call__(self, prefill: Prefill) -> int | DraftShape:
-        answer = self.chooser(prefill)
+        return self._check(self.chooser(prefill))
+
+    def choose_batch(self, prefills: list[Prefill]) -> int | None:
+        """One size for a whole batch when the wrapped chooser has a batch rule (`BlockPolicy.choose_batch`), else
+        None: the rows are then asked one by one."""
+        rule = getattr(self.chooser, "choose_batch", None)
+        return None if rule is None else self._check(rule(prefills))
+
+    def _check(self, answer):
         try:
             return check_shape(answer, self.target, self.drafter, self.draft_sampling)
         except (TypeError, ValueError) as err:
