@@ -57,7 +57,7 @@ class DemoRow:
 
     prompt_id: str
     dataset: str
-    block_size: int
+    shape: str  # the draft shape that ran: a block size ("4") or e.g. "8+lookup10"
     tau: float
     tokens_per_second: float
     baseline_tokens_per_second: float
@@ -131,7 +131,7 @@ def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
     return DemoRow(
         prompt_id=run.prompt_id,
         dataset=run.dataset,
-        block_size=int(run.block_size or 1),
+        shape=run.shape or str(run.block_size or 1),
         tau=run.tau or 1.0,
         tokens_per_second=run.tokens_per_second,
         baseline_tokens_per_second=base.tokens_per_second,
@@ -157,7 +157,7 @@ def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None
         if console is not None:
             r = rows[-1]
             console.print(
-                f"{r.prompt_id:>14}  block {r.block_size:>2}  tau {r.tau:4.2f}  "
+                f"{r.prompt_id:>14}  {r.shape:>18}  tau {r.tau:4.2f}  "
                 f"{r.tokens_per_second:6.1f} tok/s  {r.speedup:4.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
                 f"{' [yellow]noisy[/yellow]' if r.noisy else ''}  "
                 f"{'identical' if r.identical else '[red]DIFFERENT[/red]'}"
@@ -176,12 +176,12 @@ def render(result: DemoResult, console) -> None:
         title=f"{result.arm} vs plain generate (greedy, same run)",
         caption="speed-up: tokens/s over plain generate's on the same prompt; summary: geometric mean",
     )
-    for name in ("prompt", "block size", "tau", "tok/s", "plain tok/s", "speed-up", "range", "identical"):
+    for name in ("prompt", "draft shape", "tau", "tok/s", "plain tok/s", "speed-up", "range", "identical"):
         table.add_column(name, justify="left" if name == "prompt" else "right", no_wrap=name == "prompt")
     for r in result.rows:
         table.add_row(
             r.prompt_id,
-            str(r.block_size),
+            r.shape,
             f"{r.tau:.2f}",
             f"{r.tokens_per_second:.1f}",
             f"{r.baseline_tokens_per_second:.1f}",
@@ -194,7 +194,7 @@ def render(result: DemoResult, console) -> None:
     table.add_section()
     table.add_row(
         "summary",
-        f"{s.mean_block_size or 1:.1f}",
+        f"mean block {s.mean_block_size or 1:.1f}",
         f"{s.tau or 1.0:.2f}",
         f"{s.tokens_per_second:.1f}",
         f"{b.tokens_per_second:.1f}",

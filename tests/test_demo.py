@@ -24,14 +24,14 @@ def test_demo_reports_every_prompt_next_to_plain_generate():
     assert [r.prompt_id for r in result.rows] == ["gsm8k/1", "HumanEval/1", "mt-bench/1"]  # first turns only
     for row in result.rows:
         assert row.identical and row.new_tokens == 8
-        assert row.block_size == 2 and 1 <= row.tau <= 2  # a size-2 block accepts at most 2 tokens per step
+        assert row.shape == "2" and 1 <= row.tau <= 2  # a size-2 block accepts at most 2 tokens per step
         assert row.speedup == pytest.approx(row.tokens_per_second / row.baseline_tokens_per_second)
     assert result.summary.identical == 1.0 and result.summary.runs == 3 and result.baseline.speedup == 1.0
 
 
 def test_demo_without_a_policy_uses_the_training_block_size():
     result = run_demo(tiny_models(with_policy=False), DemoConfig(limit=1, max_new_tokens=6), prompts=tiny_prompts()[:1])
-    assert result.arm == "fixed:8" and result.rows[0].block_size == 8 and result.rows[0].identical
+    assert result.arm == "fixed:8" and result.rows[0].shape == "8" and result.rows[0].identical
 
 
 def test_demo_command_prints_a_table_and_writes_json(monkeypatch, tmp_path, capsys):
