@@ -264,6 +264,16 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     start_time, elapsed_before = time.time(), state["elapsed"]
     bar = tqdm(total=total_steps, initial=state["step"], desc="train-drafter", disable=not accelerator.is_main_process)
     metrics = JsonlWriter(out / METRICS_NAME)  # steps redone after a resume are appended again; the last one wins
+
+    def validate() -> dict[str, float]:
+        drafter.eval()
+        model = accelerator.unwrap_model(drafter)
+        return validation_taus(model, embed, head, keep, cache, val_by_source, (4, 8, cfg.block_size), cfg.block_size)
+
+    if state["step"] == 0 and cfg.init_from:  # the warm start's own tau, so the curve shows what training added
+        record = {"step": 0, "minutes": 0.0, "tokens_seen": 0, **validate()}
+        if accelerator.is_main_process:
+            metrics.append(record)
     while state["step"] < total_steps:
         step = state["step"]
         drafter.train()
@@ -294,11 +304,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             "tokens_seen": state["step"] * cfg.sequences_per_step,
         }
         if state["step"] % cfg.val_every == 0 or state["step"] == total_steps:
-            drafter.eval()
-            model = accelerator.unwrap_model(drafter)
-            record.update(
-                validation_taus(model, embed, head, keep, cache, val_by_source, (4, 8, cfg.block_size), cfg.block_size)
-            )
+            record.update(validate())
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:

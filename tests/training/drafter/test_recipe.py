@@ -172,6 +172,32 @@ def test_warm_start_loads_the_given_drafter_and_refuses_another_shape(tmp_path):
         make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=8), target)
 
 
+def test_a_warm_start_records_its_starting_tau_at_step_0(tmp_path):
+    from blockpilot_hf.training.drafter.curves import plot_training_curves
+
+    target = tiny_target(dtype=torch.float32)
+    tiny_drafter(target, seed=7, block_size=4, mask_token_id=MASK_ID).save_pretrained(tmp_path / "start")
+    cfg = DrafterTrainingConfig(
+        data=[str(_regen_file(tmp_path, target))],
+        out=str(tmp_path / "run"),
+        init_from=str(tmp_path / "start"),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        anchors_per_sequence=4,
+        epochs=1,
+        sequences_per_step=4,
+        val_percent=20,
+        mixed_precision="no",
+        save_dtype="float32",
+    )
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert metrics[0]["step"] == 0 and "val_tau_b4" in metrics[0] and "loss" not in metrics[0]
+    assert metrics[1]["step"] == 1 and "loss" in metrics[1]
+    assert plot_training_curves(tmp_path / "run" / "metrics.jsonl", tmp_path / "curve.png").stat().st_size > 0
+
+
 def test_validation_is_split_per_source_and_recorded_with_token_counts(tmp_path):
     target = tiny_target(dtype=torch.float32)
     data = _regen_file(tmp_path, target, n=12)
