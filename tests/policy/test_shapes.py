@@ -134,3 +134,17 @@ def test_a_calibration_of_block_sizes_keeps_the_stored_shape_costs_scaled_to_thi
     assert twice_as_slow.shapes == {}  # the caller's calibration is not modified
     too_narrow = CostModel([1, 4], [2.0e-3, 2.5e-3], "other-device", "calibrated")
     assert policy.use_cost_model(None).usable_cost_model(too_narrow) is None  # size 8 unmeasured: stored model used
+
+
+def test_collect_config_keeps_shapes_apart_from_block_sizes():
+    config = CollectConfig(block_sizes=[4], shapes=["8+tree16", "1+lookup10", "8+tree16"])
+    assert config.shapes == ["1+lookup10", "8+tree16"] and [str(c) for c in config.candidates] == [
+        "1",
+        "4",
+        "1+lookup10",
+        "8+tree16",
+    ]
+    with pytest.raises(ValueError, match="plain block sizes belong in --block-sizes"):
+        CollectConfig(shapes=["8"])
+    with pytest.raises(ValueError, match="must start with the block size"):
+        CollectConfig(shapes=["tree8"])
