@@ -1,4 +1,4 @@
-"""Why a float32 verify pass of 2-3 tokens costs more than one of 8 on some CPUs: the ladder, and its cause.
+"""Why a float32 verify pass of 2-3 tokens costs more than one of 8 on some CPUs: the ladder, its cause, the fix.
 
     python benchmarks/verify_cost.py                       # the embedded SmolLM2-135M, float32 and bfloat16
     python benchmarks/verify_cost.py --threads 1 --repeats 9 --cache 300
@@ -8,6 +8,8 @@
 (b) The cause: the same products as the model's linear layers (its real weights) timed as `F.linear(x, W)`
     (x @ W.T, MKL's transposed-B kernel) and as (W @ x.T).T, per number of rows. Printed, not asserted:
     timings depend on the machine and its load.
+(c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 2-8 rows
+    take the (W @ x.T).T layout where a probe says it pays).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 import torch
 from transformers import DynamicCache
 
+from blockpilot_hf.decoding.small_rows import small_row_linears
 from blockpilot_hf.embedded import load_smollm2
 
 
@@ -85,6 +88,14 @@ def main() -> None:
         for name, model in models.items():
             for m, (plain, weight_first) in layout_ladder(model, sizes, args.repeats).items():
                 print(f"| {name} | {m} | {plain:.1f} | {weight_first:.1f} |")
+        print("\n(c) (a) again inside `small_row_linears` (as the engine runs its passes), ms\n")
+        print("| tokens | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
+        fixed = {}
+        for name, model in models.items():
+            with small_row_linears(model):
+                fixed[name] = forward_ladder(model, sizes, args.cache, args.repeats)
+        for k in sizes:
+            print(f"| {k} | " + " | ".join(f"{fixed[name][k]:.1f}" for name in models) + " |")
 
 
 if __name__ == "__main__":

@@ -26,9 +26,11 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .acceptance import accept_greedy, accept_point_mass
 from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
+from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 
 
+@with_small_row_linears
 def batched_speculative_generate(
     target,
     drafter,

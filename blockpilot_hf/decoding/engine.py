@@ -23,6 +23,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
 from .shape import DraftShape
+from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 from .tree import accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 
@@ -115,6 +116,7 @@ def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] 
     return out.logits[0].float(), out.hidden_states
 
 
+@with_small_row_linears
 def speculative_generate(
     target,
     drafter,
