@@ -141,9 +141,9 @@ def speculative_generate(
     models never attend to; it is never fed to them here. `max_length` counts it too.
 
     `block_size` is an int or a `BlockChooser` that picks one (or a whole `DraftShape`: chain, tree, lookup) from
-    the `Prefill` (BlockPilot); the stats record the chooser's `name` (or "fixed:N") and the shape that ran. Block size 1 is plain decoding with no drafter pass. `draft_sampling`
-    samples drafts from the drafter and uses rejection sampling; the default drafts argmax tokens and accepts them
-    with the exact point-mass rule.
+    the `Prefill` (BlockPilot); the stats record the chooser's `name` (or "fixed:N") and the shape that ran. Block
+    size 1 is plain decoding with no drafter pass. `draft_sampling` samples drafts from the drafter and uses
+    rejection sampling; the default drafts argmax tokens and accepts them with the exact point-mass rule.
 
     `lookup_tokens` > 0 turns on prompt lookup: a step whose last n-gram recurred earlier in the text drafts up
     to that many tokens copied from after the copy instead of running the drafter (a free, model-free draft that
