@@ -4,9 +4,9 @@ A verify pass multiplies 2-8 rows (the anchor and its drafts) by every weight ma
 x @ W.T, and on some CPUs (MKL, float32) that small-row kernel is slow: one SmolLM2-135M forward over 2 tokens took
 93 ms against 57 ms for one token, while the same products taken as (W @ x.T).T took 47 ms
 (`benchmarks/verify_cost.py`). So while our engine runs, float32 CPU linear layers of the target and the drafter
-take the faster layout for 2 to `MAX_ROWS` rows, where a one-time probe per weight shape says it is faster here. One row
-(plain decoding steps) and long inputs (prefill) keep `F.linear`, so plain decoding is untouched; the products are
-the same up to float rounding, as with any change of kernel.
+take the faster layout for 2 to `MAX_ROWS` rows, where a one-time probe per weight shape says it is faster here.
+One row (plain decoding steps) and long inputs (prefill) keep `F.linear`, so plain decoding is untouched; the
+products are the same up to float rounding, as with any change of kernel.
 """
 
 from __future__ import annotations
