@@ -18,3 +18,5 @@ EMBEDDED_DRAFTER_DIR = ASSETS_DIR / "smollm2-135m-dflash"
 EMBEDDED_POLICY_DIR = ASSETS_DIR / "smollm2-135m-blockpilot"
 # The name that selects a shipped asset wherever a drafter or policy is named (`--drafter embedded`).
 EMBEDDED = "embedded"
+
+DEVICE_HELP = "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."

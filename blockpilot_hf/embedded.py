@@ -119,11 +119,23 @@ def load_embedded(dtype=None):
 EMBEDDED_NAMES = ("smollm2", EMBEDDED, SMOLLM2_ID)
 
 
-def load_target(name_or_path: str = "smollm2", dtype=None):
-    """(model, tokenizer) for a target: the embedded SmolLM2 by name, else any causal LM folder or Hub id."""
-    if name_or_path in EMBEDDED_NAMES:
-        return load_smollm2(dtype)
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+def resolve_device(name: str):
+    """The torch device a `--device` option names: 'auto' is cuda when available, else cpu."""
+    import torch
 
-    model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype or "auto")
-    return model.eval(), AutoTokenizer.from_pretrained(name_or_path)
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(name)
+
+
+def load_target(name_or_path: str = "smollm2", dtype=None, device: str = "cpu"):
+    """(model, tokenizer) for a target on `device` ('auto': cuda when available): the embedded SmolLM2 by name,
+    else any causal LM folder or Hub id."""
+    if name_or_path in EMBEDDED_NAMES:
+        model, tokenizer = load_smollm2(dtype)
+    else:
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        model = AutoModelForCausalLM.from_pretrained(name_or_path, dtype=dtype or "auto").eval()
+        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+    return model.to(resolve_device(device)), tokenizer

@@ -129,6 +129,19 @@ def random_prompt(seed: int, length: int, vocab: int = VOCAB) -> torch.Tensor:
     return torch.randint(1, vocab - 1, (1, length), generator=g)
 
 
+def target_answers_file(folder: Path, target, n: int = 6) -> Path:
+    """`folder`/regen.jsonl with `n` rows as `blockpilot regenerate` writes them: the target's greedy answers
+    (20 tokens) to random 6-token prompts, for drafter-training tests."""
+    rows = []
+    for i in range(n):
+        prompt = random_prompt(i, 6).to(target.device)
+        answer = target.generate(input_ids=prompt, max_new_tokens=20, do_sample=False)[0, 6:]
+        rows.append({"source": "t", "id": f"t/{i}", "prompt_ids": prompt[0].tolist(), "response_ids": answer.tolist()})
+    path = Path(folder) / "regen.jsonl"
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
 def plain_greedy(target, input_ids, max_new_tokens: int, **kwargs) -> torch.Tensor:
     return target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
 

@@ -6,8 +6,22 @@ from __future__ import annotations
 
 import pytest
 import torch
+from accelerate import Accelerator
 
-from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.data import Prompt
+from blockpilot_hf.jsonl import read_rows
+from blockpilot_hf.testing_utils import (
+    MASK_ID,
+    plain_greedy,
+    random_prompt,
+    target_answers_file,
+    tiny_drafter,
+    tiny_target,
+    tiny_tokenizer,
+)
+from blockpilot_hf.training.drafter.recipe import DrafterTrainingConfig, train_drafter
+from blockpilot_hf.training.drafter.regenerate import regenerate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
 
@@ -51,3 +65,29 @@ def test_step_timing_uses_events_not_synchronisation(monkeypatch):
     assert len(stats.steps) > 5 and len(calls) <= 3  # start, after prefill, at the end: never per step
     assert all(s.draft_time > 0 and s.verify_time > 0 for s in stats.steps)
     assert sum(s.draft_time + s.verify_time for s in stats.steps) <= stats.total_time
+
+
+def test_drafter_training_and_regeneration_run_on_cuda(tmp_path):
+    """The recipe builds blocks, features and validation replays on the accelerator's device (a CPU tensor
+    meeting a CUDA one fails loudly), and regeneration generates where the target is."""
+    target = tiny_target(dtype=torch.float32, enabled=False).to("cuda")
+    regenerate(target, tiny_tokenizer(), [Prompt("t", "t/0", ("ab", "cd"))], tmp_path / "chat.jsonl", 2, 5)
+    assert len(read_rows(tmp_path / "chat.jsonl")) == 2
+    cfg = DrafterTrainingConfig(
+        data=[str(target_answers_file(tmp_path, target))],
+        out=str(tmp_path / "run"),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        anchors_per_sequence=8,
+        epochs=2,
+        sequences_per_step=2,
+        val_percent=20,
+        val_every=2,
+        loss_vocab_size=32,
+        mixed_precision="bf16",
+    )
+    final = train_drafter(cfg, Accelerator(), target=target)
+    metrics = read_rows(tmp_path / "run" / "metrics.jsonl")
+    assert any("val_tau_b4" in m for m in metrics) and all(m["loss"] == m["loss"] for m in metrics if "loss" in m)
+    assert DFlashDrafter.from_pretrained(final).config.block_size == 4

@@ -17,21 +17,12 @@ from ..constants import EMBEDDED
 from .config import BenchConfig
 
 
-def resolve_device(name: str):
-    """'auto' -> cuda when available, else cpu."""
-    import torch
-
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(name)
-
-
 def load_models(config: BenchConfig):
     """Target, tokenizer, drafter and policy named by `config`, on its device, dtype and attention kernel."""
     import torch
 
     from ..drafter import DFlashDrafter
-    from ..embedded import load_target, resolve_drafter
+    from ..embedded import load_target, resolve_device, resolve_drafter
     from ..generation import enable
     from .harness import BenchModels
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..constants import EMBEDDED
+from ..constants import DEVICE_HELP, EMBEDDED
 
 # Arms that run generate (in this order within a prompt) ...
 BASELINE = "baseline"  # plain `generate`
@@ -82,7 +82,7 @@ class BenchConfig:
         default=EMBEDDED,
         metadata={"help": "BlockPilot policy folder or Hub id; 'embedded' = shipped; 'none' = no arm"},
     )
-    device: str = field(default="auto", metadata={"help": "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."})
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP})
     dtype: str = field(default="float32", metadata={"help": "model dtype: float32, bfloat16 or float16"})
     attn_implementation: str = field(default="", metadata={"help": "attention kernel (eager, sdpa, ...); '' = default"})
     threads: int = field(default=0, metadata={"help": "torch intra-op threads on CPU; 0 = torch's default"})

@@ -40,20 +40,22 @@ def build_blocks(
     response_start: int,
 ) -> BlockBatch:
     """Lay out the blocks of `tokens` (S,) anchored at `anchors` (A,), with the DFlash block attention mask.
-    Labels come from `targets` (S,): what the target predicts at each position."""
+    Labels come from `targets` (S,): what the target predicts at each position. Everything is laid out on
+    `tokens.device`, so blocks are built where the drafter trains."""
+    device = tokens.device
     S, A, K = len(tokens), len(anchors), block_size
-    offsets = torch.arange(K)
-    positions = anchors[:, None] + offsets  # (A, K)
-    block_ids = torch.full((A, K), mask_id, dtype=tokens.dtype)
+    anchors, targets = anchors.to(device), targets.to(device)
+    positions = anchors[:, None] + torch.arange(K, device=device)  # (A, K)
+    block_ids = torch.full((A, K), mask_id, dtype=tokens.dtype, device=device)
     block_ids[:, 0] = tokens[anchors]
     label_pos = positions[:, 1:]  # (A, K-1)
     labels = torch.where(label_pos < S, targets[label_pos.clamp(max=S - 1)], torch.full_like(label_pos, -100))
     labels[label_pos < response_start] = -100
-    sees_context = (torch.arange(S)[None, :] < anchors[:, None])[:, None, None, :].expand(A, 1, K, S)
-    sees_block = torch.ones((A, 1, K, K), dtype=torch.bool)
+    sees_context = (torch.arange(S, device=device)[None, :] < anchors[:, None])[:, None, None, :].expand(A, 1, K, S)
+    sees_block = torch.ones((A, 1, K, K), dtype=torch.bool, device=device)
     return BlockBatch(
         block_ids=block_ids,
-        position_ids=torch.cat([torch.arange(S).expand(A, S), positions], dim=1),
+        position_ids=torch.cat([torch.arange(S, device=device).expand(A, S), positions], dim=1),
         attention_mask=torch.cat([sees_context, sees_block], dim=-1),
         labels=labels,
         anchors=anchors,

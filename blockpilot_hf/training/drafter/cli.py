@@ -39,7 +39,7 @@ def run_regenerate(config: RegenerateConfig) -> None:
     from ...embedded import load_target
     from .regenerate import drafter_prompts, regenerate
 
-    model, tokenizer = load_target(config.target, getattr(torch, config.dtype))
+    model, tokenizer = load_target(config.target, getattr(torch, config.dtype), config.device)
     prompts = drafter_prompts(config.sources, config.per_source)
     regenerate(model, tokenizer, prompts, Path(config.out), config.batch_size, config.max_new_tokens)
 
@@ -50,7 +50,7 @@ def run_self_instruct(config: SelfInstructConfig) -> None:
     from ...embedded import load_target
     from .selfinstruct import write_self_instruct
 
-    model, tokenizer = load_target(config.target, getattr(torch, config.dtype))
+    model, tokenizer = load_target(config.target, getattr(torch, config.dtype), config.device)
     tokenizer.padding_side = "left"
     added = write_self_instruct(
         model, tokenizer, Path(config.out), config.per_category, config.batch_size, config.two_turn_share, config.seed

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ...constants import DEVICE_HELP
 from ...data import DATASETS, SPLITS
 
 TARGET_HELP = "target: 'smollm2' (embedded), a causal LM folder or a Hub id"
@@ -44,6 +45,7 @@ class RegenerateConfig:
         default="float32",
         metadata={"help": "target dtype: float32, bfloat16 (~2x faster on AVX512-BF16 CPUs), float16"},
     )
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP})
 
     def __post_init__(self) -> None:
         _check_sources(self.sources, [s for s, splits in SPLITS.items() if "drafter" in splits], "regenerate")
@@ -67,6 +69,7 @@ class SelfInstructConfig:
     batch_size: int = field(default=32, metadata={"help": "requests written together"})
     seed: int = field(default=0, metadata={"help": "random seed (topics, forms, sampling)"})
     dtype: str = field(default="bfloat16", metadata={"help": "target dtype: float32, bfloat16, float16"})
+    device: str = field(default="auto", metadata={"help": DEVICE_HELP})
 
     def __post_init__(self) -> None:
         for name in ("per_category", "batch_size"):

@@ -146,7 +146,8 @@ def sequence_loss(
     """Decay-weighted CE of one sequence's anchored blocks, plus first-position accuracy."""
     K = cfg.block_size
     anchors = sample_anchors(seq.response_start, len(seq.tokens), cfg.anchors_per_sequence, generator)
-    batch = build_blocks(seq.tokens, predictions, anchors, K, drafter.config.mask_token_id, seq.response_start)
+    tokens = seq.tokens.to(features.device)
+    batch = build_blocks(tokens, predictions, anchors, K, drafter.config.mask_token_id, seq.response_start)
     A = len(anchors)
     noise = embed(batch.block_ids)  # (A, K, H)
     hidden = drafter(
@@ -174,12 +175,11 @@ def acceptance_lengths(
     features): from the response start, each step accepts the drafts that equal the answer, plus one token.
     `head` (V', H) are the LM-head rows the drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
     S, (features, _) = len(seq.tokens), cache.get(seq.id, seq.tokens[None])
-    anchors = torch.arange(seq.response_start, S - 1)
-    matched = torch.zeros(S, dtype=torch.long)
+    tokens = seq.tokens.to(features.device)
+    anchors = torch.arange(seq.response_start, S - 1, device=features.device)
+    matched = torch.zeros(S, dtype=torch.long, device=features.device)
     for chunk in anchors.split(32):
-        batch = build_blocks(
-            seq.tokens, seq.tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start
-        )
+        batch = build_blocks(tokens, tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start)
         noise = embed(batch.block_ids)  # (a, K, H)
         hidden = drafter(
             noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
@@ -188,10 +188,10 @@ def acceptance_lengths(
         drafts = best if vocab_ids is None else vocab_ids[best]
         ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
         matched[chunk] = ok.sum(dim=1)
-    lengths, p = [], seq.response_start
+    matched_at, lengths, p = matched.tolist(), [], seq.response_start  # one device->host copy, not one per step
     while p < S - 1:
-        lengths.append(int(matched[p]) + 1)
-        p += int(matched[p]) + 1
+        lengths.append(matched_at[p] + 1)
+        p += matched_at[p] + 1
     return lengths
 
 
@@ -281,7 +281,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         for j in range(cfg.sequences_per_step):
             idx = (step * cfg.sequences_per_step + j) * accelerator.num_processes + accelerator.process_index
             seq = train[order[idx % len(train)]]
-            features, predictions = cache.get(seq.id, seq.tokens[None].to(accelerator.device))
+            features, predictions = cache.get(seq.id, seq.tokens[None])
             with accelerator.autocast():
                 loss, acc = sequence_loss(
                     drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator
@@ -303,13 +303,13 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             "minutes": elapsed / 60,
             "tokens_seen": state["step"] * cfg.sequences_per_step,
         }
-        if state["step"] % cfg.val_every == 0 or state["step"] == total_steps:
-            record.update(validate())
+        out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
+        if state["step"] % cfg.val_every == 0 or state["step"] == total_steps or out_of_time:
+            record.update(validate())  # the last step of every run is validated, also one stopped by the clock
         bar.update(1)
         bar.set_postfix(loss=f"{record['loss']:.3f}", acc1=f"{record['acc1']:.2f}")
         if accelerator.is_main_process:
             metrics.append(record)
-        out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
         if state["step"] % cfg.save_every == 0 or state["step"] == total_steps or out_of_time:
             state["elapsed"] = elapsed
             _checkpoint(accelerator, out, state)

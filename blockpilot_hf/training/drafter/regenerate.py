@@ -53,18 +53,18 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
 @torch.inference_mode()
 def greedy_batch(model, tokenizer, encoded: list[torch.Tensor], max_new_tokens: int) -> list[list[int]]:
     """The target's greedy answers (each cut after its EOS) to token-id prompts, left-padded into one batch."""
-    inputs = left_padded(tokenizer, encoded)
+    inputs = left_padded(tokenizer, encoded, model.device)
     generated = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
     eos = tokenizer.eos_token_id
     return [_cut_after_eos(answer, eos) for answer in generated[:, inputs["input_ids"].shape[1] :].tolist()]
 
 
-def left_padded(tokenizer, encoded: list[torch.Tensor]) -> dict[str, torch.Tensor]:
-    """`input_ids`, `attention_mask` (B, T_max) and `pad_token_id` for prompts of different lengths."""
+def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """`input_ids`, `attention_mask` (B, T_max) on `device` and `pad_token_id` for prompts of different lengths."""
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(e) for e in encoded)
-    input_ids = torch.full((len(encoded), width), pad)
-    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long)
+    input_ids = torch.full((len(encoded), width), pad, device=device)
+    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long, device=device)
     for row, ids in enumerate(encoded):
         input_ids[row, width - len(ids) :] = ids
         attention_mask[row, width - len(ids) :] = 1

@@ -230,7 +230,7 @@ def clean_request(text: str) -> str | None:
 def sample_replies(model, tokenizer, instructions: list[str], max_new_tokens: int, generator_seed: int) -> list[str]:
     """One sampled reply per instruction (batched, left-padded)."""
     torch.manual_seed(generator_seed)
-    inputs = left_padded(tokenizer, [chat_input_ids(tokenizer, [text])[0] for text in instructions])
+    inputs = left_padded(tokenizer, [chat_input_ids(tokenizer, [text])[0] for text in instructions], model.device)
     out = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=True, temperature=1.0, top_p=0.95)
     out = out[:, inputs["input_ids"].shape[1] :]
     return tokenizer.batch_decode(out, skip_special_tokens=True)

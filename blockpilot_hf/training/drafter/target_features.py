@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import logging
+import os
 import pickle
 from collections.abc import Callable
 from pathlib import Path
@@ -38,9 +39,10 @@ class FeatureCache:
         self.root.mkdir(parents=True, exist_ok=True)
 
     def path(self, key: str, input_ids: torch.Tensor) -> Path:
-        """The file of sequence `key` with exactly these tokens: a row regenerated under the same id (another
-        answer, another length) gets a new file instead of the old one's features."""
-        digest = hashlib.sha256(input_ids.cpu().numpy().tobytes()).hexdigest()[:16]
+        """The file of sequence `key` with exactly these tokens and target layers: a row regenerated under the
+        same id (another answer, another length), or a drafter reading other layers, gets its own file."""
+        layers = ",".join(map(str, self.layer_ids)).encode()
+        digest = hashlib.sha256(input_ids.cpu().numpy().tobytes() + layers).hexdigest()[:16]
         return self.root / f"{key.replace('/', '_')}-{digest}.pt"
 
     def get(self, key: str, input_ids: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -52,9 +54,9 @@ class FeatureCache:
             logger.warning("%s: unreadable feature cache file (an interrupted write?); recomputing it", path)
             path.unlink()
         with self.autocast():
-            features, predictions = target_pass(self.target, input_ids, self.layer_ids)
+            features, predictions = target_pass(self.target, input_ids.to(self.target.device), self.layer_ids)
         item = (features.to(torch.float16), predictions)
-        tmp = path.with_suffix(".tmp")
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # processes sharing the folder never write one tmp file
         torch.save(item, tmp)
         tmp.replace(path)
         return item

@@ -61,6 +61,14 @@ def test_the_same_id_with_other_tokens_is_another_cache_entry(tmp_path):
     assert cache.path("t/0", short) != cache.path("t/0", long) and cache.path("t/0", short).exists()
 
 
+def test_a_drafter_reading_other_layers_gets_its_own_features(tmp_path):
+    """Two runs sharing one feature folder (a 2- and a 3-layer drafter, say) never read each other's layers."""
+    target, ids = tiny_target(dtype=torch.float32), random_prompt(0, 8)
+    one = FeatureCache(tmp_path, target, [0]).get("t/0", ids)[0]
+    two = FeatureCache(tmp_path, target, [0, 1]).get("t/0", ids)[0]
+    assert two.shape[-1] == 2 * one.shape[-1] and torch.equal(two[:, : one.shape[-1]], one)
+
+
 def test_metrics_of_a_resumed_run_keep_the_last_of_each_step_and_skip_a_torn_line(tmp_path):
     path = tmp_path / "metrics.jsonl"
     rows = [{"step": 1, "loss": 3.0}, {"step": 2, "loss": 2.0}, {"step": 2, "loss": 1.5}, {"step": 3, "loss": 1.0}]

@@ -10,7 +10,7 @@ from accelerate import Accelerator
 from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
-from blockpilot_hf.testing_utils import MASK_ID, random_prompt, tiny_drafter, tiny_target
+from blockpilot_hf.testing_utils import MASK_ID, random_prompt, target_answers_file, tiny_drafter, tiny_target
 from blockpilot_hf.training.drafter.blocks import build_blocks, decay_weights, sample_anchors
 from blockpilot_hf.training.drafter.recipe import (
     DrafterTrainingConfig,
@@ -69,21 +69,10 @@ def test_packed_training_forward_equals_decoding_drafts():
         torch.testing.assert_close(head(packed[a, 1:]), logits[0])
 
 
-def _regen_file(tmp_path, target, n=6):
-    rows = []
-    for i in range(n):
-        prompt = random_prompt(i, 6)
-        answer = target.generate(input_ids=prompt, max_new_tokens=20, do_sample=False)[0, 6:]
-        rows.append({"source": "t", "id": f"t/{i}", "prompt_ids": prompt[0].tolist(), "response_ids": answer.tolist()})
-    path = tmp_path / "regen.jsonl"
-    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    return path
-
-
 @pytest.mark.parametrize("loss_vocab_size", [0, 32])
 def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_size):
     target = tiny_target(dtype=torch.float32)
-    data = _regen_file(tmp_path, target)
+    data = target_answers_file(tmp_path, target)
     cfg = DrafterTrainingConfig(
         data=[str(data)],
         out=str(tmp_path / "run"),
@@ -123,7 +112,7 @@ def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
     from transformers import get_cosine_schedule_with_warmup
 
     target = tiny_target(dtype=torch.float32)
-    data = _regen_file(tmp_path, target, n=4)
+    data = target_answers_file(tmp_path, target, n=4)
     cfg = DrafterTrainingConfig(
         data=[str(data)],
         out=str(tmp_path / "run"),
@@ -178,7 +167,7 @@ def test_a_warm_start_records_its_starting_tau_at_step_0(tmp_path):
     target = tiny_target(dtype=torch.float32)
     tiny_drafter(target, seed=7, block_size=4, mask_token_id=MASK_ID).save_pretrained(tmp_path / "start")
     cfg = DrafterTrainingConfig(
-        data=[str(_regen_file(tmp_path, target))],
+        data=[str(target_answers_file(tmp_path, target))],
         out=str(tmp_path / "run"),
         init_from=str(tmp_path / "start"),
         num_layers=1,
@@ -200,7 +189,7 @@ def test_a_warm_start_records_its_starting_tau_at_step_0(tmp_path):
 
 def test_validation_is_split_per_source_and_recorded_with_token_counts(tmp_path):
     target = tiny_target(dtype=torch.float32)
-    data = _regen_file(tmp_path, target, n=12)
+    data = target_answers_file(tmp_path, target, n=12)
     rows = [json.loads(line) for line in data.read_text().splitlines()]
     for i, row in enumerate(rows):  # two sources
         row["source"] = "math" if i % 2 else "chat"
