@@ -44,6 +44,8 @@ class CollectItem:
 
 # A drafter, or a function building one per prompt from the item and its reference greedy output (1, T+N).
 DrafterSource = DFlashDrafter | Callable[[CollectItem, torch.Tensor], DFlashDrafter]
+# The target's reply text to a chat's input ids (1, T): what a later turn is asked after.
+Answer = Callable[[torch.Tensor], str]
 
 
 class _FeatureRecorder:
@@ -56,6 +58,17 @@ class _FeatureRecorder:
     def __call__(self, prefill: Prefill) -> DraftShape:
         self.features = extract_features(prefill, self.spec)
         return self.shape
+
+
+def greedy_answer(target, tokenizer, max_new_tokens: int) -> Answer:
+    """The target's plain greedy reply (at most `max_new_tokens`), as text: bench's reference answer."""
+
+    def answer(input_ids: torch.Tensor) -> str:
+        with torch.inference_mode():
+            out = target.generate(input_ids=input_ids.to(target.device), max_new_tokens=max_new_tokens, do_sample=False)
+        return tokenizer.decode(out[0, input_ids.shape[1] :], skip_special_tokens=True)
+
+    return answer
 
 
 def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
@@ -183,14 +196,29 @@ def collect(
     return new
 
 
-def items_from_prompts(tokenizer, spec: str, limit: int | None = None) -> list[CollectItem]:
-    """Items from "source:split,source:split" (e.g. "gsm8k:policy,humaneval:policy"); first turn only."""
+def items_from_prompts(
+    tokenizer, spec: str, limit: int | None = None, answer: Answer | None = None, turns: int = 1, skip=frozenset()
+) -> list[CollectItem]:
+    """Items from "source:split,source:split" (e.g. "gsm8k:policy,humaneval:policy").
+
+    With `turns` > 1, later turns of multi-turn prompts (MT-Bench) are items too, asked after the target's own
+    replies to the turns before (`answer`: input ids (1, T) -> reply text), as `blockpilot bench` asks them; their
+    ids get a `/turn<t>` suffix. Ids in `skip` (already collected) are left out, and their replies not generated."""
     from ...data import chat_input_ids, load_prompts
 
+    if turns > 1 and answer is None:
+        raise ValueError("Collecting later turns needs `answer`, the target's reply to the turns before.")
     items = []
     for part in spec.split(","):
         source, _, split = part.strip().partition(":")
         for prompt in load_prompts(source, split or "policy", limit):
-            ids = chat_input_ids(tokenizer, prompt.turns[:1])[0].tolist()
-            items.append(CollectItem(prompt.id, prompt.source, ids))
+            asked = prompt.turns[:turns]
+            ids = [prompt.id] + [f"{prompt.id}/turn{t}" for t in range(2, len(asked) + 1)]
+            replies: list[str] = []
+            for t, item_id in enumerate(ids):
+                input_ids = chat_input_ids(tokenizer, asked[: t + 1], replies)
+                if item_id not in skip:
+                    items.append(CollectItem(item_id, prompt.source, input_ids[0].tolist()))
+                if any(later not in skip for later in ids[t + 1 :]):
+                    replies.append(answer(input_ids))
     return items

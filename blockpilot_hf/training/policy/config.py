@@ -59,6 +59,13 @@ class CollectJob:
         metadata={"help": "comma-separated source:split list (train on the policy split; split defaults to policy)"},
     )
     limit: int | None = field(default=None, metadata={"help": "at most this many prompts per source; unset = all"})
+    turns: int = field(
+        default=1,
+        metadata={
+            "help": "turns collected per multi-turn prompt (MT-Bench has 2): turn t is asked after the target's own "
+            "greedy replies to the turns before, as bench asks it"
+        },
+    )
     out: str = field(metadata={"help": "collect folder (resumable)"})
 
     def __post_init__(self) -> None:
@@ -71,6 +78,8 @@ class CollectJob:
                 raise ValueError(f"--prompts: unknown source {source!r}; use one of {sorted(SPLITS)} or a .jsonl file.")
         if self.limit is not None and self.limit < 1:
             raise ValueError(f"--limit must be >= 1, got {self.limit}.")
+        if self.turns < 1:
+            raise ValueError(f"--turns must be >= 1, got {self.turns}.")
 
 
 @dataclass(kw_only=True)

@@ -4,8 +4,9 @@ import json
 
 import pytest
 
-from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
-from blockpilot_hf.training.policy.collect import CollectConfig, collect
+from blockpilot_hf.data import chat_input_ids, load_prompts
+from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair, tiny_tokenizer
+from blockpilot_hf.training.policy.collect import CollectConfig, collect, items_from_prompts
 from blockpilot_hf.training.policy.collected import read_records, shard_path
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
@@ -123,3 +124,30 @@ def test_resume_with_other_settings_is_refused(tmp_path):
         collect(target, oracle_factory(drafter), items, tmp_path, other, meta_drafter=drafter)
     with pytest.raises(ValueError, match="Pass `meta_drafter`"):
         collect(target, oracle_factory(drafter), items, tmp_path, CONFIG)
+
+
+def test_later_turns_are_asked_after_the_targets_own_replies_and_skipped_when_collected():
+    tokenizer, asked = tiny_tokenizer(), []
+
+    def answer(input_ids):
+        asked.append(input_ids[0].tolist())
+        return f"reply {len(asked)}"
+
+    items = items_from_prompts(tokenizer, "mt-bench:policy", limit=2, answer=answer, turns=2)
+    prompts = load_prompts("mt-bench", "policy", 2)
+    assert [i.prompt_id for i in items] == [
+        prompts[0].id,
+        f"{prompts[0].id}/turn2",
+        prompts[1].id,
+        f"{prompts[1].id}/turn2",
+    ]
+    assert items[1].input_ids == chat_input_ids(tokenizer, prompts[0].turns, ["reply 1"])[0].tolist()
+    assert asked == [items[0].input_ids, items[2].input_ids]  # each reply is to exactly the turn before
+    # Resuming: collected ids are left out, and a reply is generated only for a later turn still to collect.
+    again = items_from_prompts(
+        tokenizer, "mt-bench:policy", 2, answer, 2, skip={prompts[0].id, f"{prompts[0].id}/turn2", prompts[1].id}
+    )
+    assert [i.prompt_id for i in again] == [f"{prompts[1].id}/turn2"] and len(asked) == 3
+    assert [i.prompt_id for i in items_from_prompts(tokenizer, "mt-bench:policy", 2)] == [p.id for p in prompts]
+    with pytest.raises(ValueError, match="needs `answer`"):
+        items_from_prompts(tokenizer, "mt-bench:policy", 2, turns=2)
