@@ -45,18 +45,11 @@ class BatchRun:
         return tokens_per_second(self.new_tokens, self.seconds)
 
 
-def left_padded(tokenizer, prompts) -> tuple[torch.Tensor, torch.Tensor]:
-    """The first turns of `prompts`, chat-formatted, as left-padded ids (B, T) and attention mask (B, T)."""
-    from ..data import chat_input_ids
+def first_turns_padded(tokenizer, prompts) -> dict[str, torch.Tensor]:
+    """The first turns of `prompts`, chat-formatted and left-padded into one batch (`data.left_padded`)."""
+    from ..data import chat_input_ids, left_padded
 
-    rows = [chat_input_ids(tokenizer, p.turns[:1])[0] for p in prompts]
-    width = max(len(r) for r in rows)
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    ids = torch.full((len(rows), width), pad, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, row in enumerate(rows):
-        ids[i, width - len(row) :], mask[i, width - len(row) :] = row, 1
-    return ids, mask
+    return left_padded(tokenizer, [chat_input_ids(tokenizer, p.turns[:1])[0] for p in prompts])
 
 
 def generated(sequences: torch.Tensor, prompt_width: int, eos: set[int]) -> list[list[int]]:
@@ -68,17 +61,15 @@ def generated(sequences: torch.Tensor, prompt_width: int, eos: set[int]) -> list
     return rows
 
 
-def run_batch(
-    models: BenchModels, arm: Arm, ids: torch.Tensor, mask: torch.Tensor, config: BenchConfig, max_new_tokens=None
-):
-    """(seconds, generated rows, block size per row) of one arm on one batch."""
-    target = models.target
+def run_batch(models: BenchModels, arm: Arm, inputs: dict[str, torch.Tensor], config: BenchConfig, max_new_tokens=None):
+    """(seconds, generated rows, block size per row) of one arm on one batch (`first_turns_padded`)."""
+    target, ids = models.target, inputs["input_ids"]
     kwargs = generate_kwargs(arm, models, 0.0, config)
     start = device_clock(target.device)
     with torch.inference_mode():
         out = target.generate(
             input_ids=ids.to(target.device),
-            attention_mask=mask.to(target.device),
+            attention_mask=inputs["attention_mask"].to(target.device),
             max_new_tokens=max_new_tokens or config.max_new_tokens,
             **kwargs,
         )
@@ -112,15 +103,15 @@ def run_batch_benchmark(models: BenchModels, config: BenchConfig, prompts) -> li
     ]
     runs: list[BatchRun] = []
     if jobs:  # untimed warm-up of every arm (first calls pay for allocations and kernel choices)
-        ids, mask = left_padded(models.tokenizer, jobs[-1][1])
+        inputs = first_turns_padded(models.tokenizer, jobs[-1][1])
         for arm in arms:
-            run_batch(models, arm, ids, mask, config, config.warmup_tokens)
+            run_batch(models, arm, inputs, config, config.warmup_tokens)
     for size, batch in tqdm(jobs, desc="bench batches", unit="batch"):
-        ids, mask = left_padded(models.tokenizer, batch)
+        inputs = first_turns_padded(models.tokenizer, batch)
         timed: dict[str, list] = {arm.name: [] for arm in arms}
         for repeat in range(config.repeats):
             for arm in [arms[0], *rotated(arms[1:], repeat)]:  # the baseline first: the reference output
-                timed[arm.name].append(run_batch(models, arm, ids, mask, config))
+                timed[arm.name].append(run_batch(models, arm, inputs, config))
         reference = timed[BASELINE][0][1]
         for arm in arms:
             seconds, rows, sizes = sorted(timed[arm.name], key=lambda r: r[0])[(config.repeats - 1) // 2]  # median

@@ -18,6 +18,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import torch
+
 GSM8K_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 HUMANEVAL_PREFIX = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n"
 
@@ -243,3 +245,15 @@ def chat_input_ids(tokenizer, turns: list[str] | tuple[str, ...], answers: list[
     return tokenizer.apply_chat_template(
         messages, add_generation_prompt=True, return_tensors="pt", return_dict=True, **kwargs
     )["input_ids"]
+
+
+def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+    """`input_ids`, `attention_mask` (B, T_max) on `device` and `pad_token_id` for prompts of different lengths."""
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    width = max(len(e) for e in encoded)
+    input_ids = torch.full((len(encoded), width), pad, device=device)
+    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long, device=device)
+    for row, ids in enumerate(encoded):
+        input_ids[row, width - len(ids) :] = ids
+        attention_mask[row, width - len(ids) :] = 1
+    return {"input_ids": input_ids, "attention_mask": attention_mask, "pad_token_id": pad}

@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...data import chat_input_ids, load_prompts
+from ...data import chat_input_ids, left_padded, load_prompts
 from ...jsonl import JsonlWriter, read_rows
 
 
@@ -57,18 +57,6 @@ def greedy_batch(model, tokenizer, encoded: list[torch.Tensor], max_new_tokens: 
     generated = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
     eos = tokenizer.eos_token_id
     return [_cut_after_eos(answer, eos) for answer in generated[:, inputs["input_ids"].shape[1] :].tolist()]
-
-
-def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
-    """`input_ids`, `attention_mask` (B, T_max) on `device` and `pad_token_id` for prompts of different lengths."""
-    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    width = max(len(e) for e in encoded)
-    input_ids = torch.full((len(encoded), width), pad, device=device)
-    attention_mask = torch.zeros((len(encoded), width), dtype=torch.long, device=device)
-    for row, ids in enumerate(encoded):
-        input_ids[row, width - len(ids) :] = ids
-        attention_mask[row, width - len(ids) :] = 1
-    return {"input_ids": input_ids, "attention_mask": attention_mask, "pad_token_id": pad}
 
 
 def _cut_after_eos(ids: list[int], eos: int) -> list[int]:
