@@ -204,6 +204,8 @@ def items_from_prompts(
     With `turns` > 1, later turns of multi-turn prompts (MT-Bench) are items too, asked after the target's own
     replies to the turns before (`answer`: input ids (1, T) -> reply text), as `blockpilot bench` asks them; their
     ids get a `/turn<t>` suffix. Ids in `skip` (already collected) are left out, and their replies not generated."""
+    from tqdm.auto import tqdm
+
     from ...data import chat_input_ids, load_prompts
 
     if turns > 1 and answer is None:
@@ -211,7 +213,9 @@ def items_from_prompts(
     items = []
     for part in spec.split(","):
         source, _, split = part.strip().partition(":")
-        for prompt in load_prompts(source, split or "policy", limit):
+        prompts = load_prompts(source, split or "policy", limit)
+        # Replies to earlier turns are plain greedy generations (seconds each on a CPU): show them progressing.
+        for prompt in tqdm(prompts, desc=f"{source}: earlier turns", unit="prompt", disable=turns == 1, leave=False):
             asked = prompt.turns[:turns]
             ids = [prompt.id] + [f"{prompt.id}/turn{t}" for t in range(2, len(asked) + 1)]
             replies: list[str] = []
