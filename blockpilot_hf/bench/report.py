@@ -96,8 +96,23 @@ def markdown_table(summaries: list[ArmSummary]) -> str:
     return "\n".join(rows)
 
 
+def speedup_overview(summaries: list[ArmSummary]) -> str:
+    """One markdown table of every arm's speed-up: a column per dataset and temperature ("all" last)."""
+    columns = list(dict.fromkeys((s.dataset, s.temperature) for s in summaries))
+    columns.sort(key=lambda c: (c[1], c[0] == ALL))  # per temperature: the datasets in order, "all" last
+    speedups = {(s.arm, s.dataset, s.temperature): s.speedup for s in summaries}
+    rows = [
+        "| arm | " + " | ".join(f"{d} T={t:g}" for d, t in columns) + " |",
+        "|---" * (len(columns) + 1) + "|",
+    ]
+    for arm in arm_order(s.arm for s in summaries):
+        cells = [_fmt(speedups.get((arm, d, t)), "{:.2f}x") for d, t in columns]
+        rows.append(f"| {arm} | " + " | ".join(cells) + " |")
+    return "\n".join(rows)
+
+
 def markdown_report(report: BenchReport) -> str:
-    """Headline, environment and a table per dataset and temperature."""
+    """Headline, environment, the speed-up overview and a table per dataset and temperature."""
     env, meta = report.environment, report.meta
     lines = [
         "# blockpilot bench",
@@ -112,6 +127,7 @@ def markdown_report(report: BenchReport) -> str:
     ]
     if report.command:
         lines += ["", f"Command: `{report.command}`"]
+    lines += ["", "## Speed-up over plain `generate`", "", speedup_overview(report.summaries)]
     groups: dict[tuple[str, float], list[ArmSummary]] = defaultdict(list)
     for s in report.summaries:
         groups[(s.dataset, s.temperature)].append(s)
