@@ -1,15 +1,27 @@
 """Test support in one place (like `transformers.testing_utils`): random models, a char tokenizer, an oracle
-drafter and a synthetic BlockPilot task whose right answers are known. Package code never imports this module;
+drafter, a synthetic BlockPilot task whose right answers are known, and the exact law of sampled continuations
+with a G-test against it. Package code never imports this module;
 tests and benchmark scripts do.
 """
 
 from __future__ import annotations
 
+import functools
+import itertools
 import json
+import math
 import random
 from pathlib import Path
 
 import torch
+from transformers import (
+    LogitsProcessorList,
+    MistralConfig,
+    MistralForCausalLM,
+    TemperatureLogitsWarper,
+    TopKLogitsWarper,
+    TopPLogitsWarper,
+)
 
 from .drafter import DFlashConfig, DFlashDrafter
 from .generation import enable
@@ -21,7 +33,7 @@ HIDDEN = 32
 MASK_ID = VOCAB - 1
 
 
-# --- random models -------------------------------------------------------------------------------------------
+# --- random models -----------------------------------------------------------------------------------------------
 
 
 def tiny_target(
@@ -172,7 +184,7 @@ def tiny_tokenizer(vocab: int = VOCAB):
     return tokenizer
 
 
-# --- checkpoints on disk: z-lab's drafter format, a tiny Qwen3 target with the real Qwen3 tokenizer -----------
+# --- checkpoints on disk: z-lab's drafter format, a tiny Qwen3 target with the real Qwen3 tokenizer --------------
 
 ZLAB_PER_LAYER = (
     "input_layernorm",
@@ -303,7 +315,7 @@ def write_tiny_qwen3_pair(folder: Path, seed: int = 0) -> tuple[Path, Path]:
     return target_dir, drafter_dir
 
 
-# --- an oracle drafter ---------------------------------------------------------------------------------------
+# --- an oracle drafter -------------------------------------------------------------------------------------------
 
 
 class OracleDrafter(DFlashDrafter):
@@ -363,7 +375,7 @@ class OracleDrafter(DFlashDrafter):
         return forced
 
 
-# --- a synthetic BlockPilot task -----------------------------------------------------------------------------
+# --- a synthetic BlockPilot task ---------------------------------------------------------------------------------
 # Two kinds of prompts: "easy" prompts draw their tokens from one small range of the vocabulary and get a drafter
 # that always drafts the target's own continuation (acceptance grows with the block, so the largest size wins);
 # "hard" prompts draw from another range and get a drafter that is always wrong (tau = 1 at every size, so plain
@@ -405,3 +417,126 @@ def oracle_factory(drafter: DFlashDrafter):
         return OracleDrafter.from_drafter(drafter, reference, mistakes)
 
     return make
+
+
+# --- models and prompts of the lossless proofs -------------------------------------------------------------------
+
+
+@functools.cache
+def greedy_pair(arch: str = "qwen3"):
+    """A tiny target (float64, so argmax ties are not a concern) and a random drafter with training block 8."""
+    target = tiny_target(seed=0, arch=arch)
+    return target, tiny_drafter(target, block_size=8)
+
+
+def tiny_mistral(window: int = 16):
+    """A random Mistral: every layer attends to the last `window` positions only."""
+    torch.manual_seed(0)
+    config = MistralConfig(
+        vocab_size=96,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=3,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        sliding_window=window,
+        eos_token_id=None,
+        pad_token_id=0,
+        bos_token_id=None,
+    )
+    model = MistralForCausalLM(config)
+    with torch.no_grad():
+        model.lm_head.weight.mul_(4.0)
+    model.generation_config.eos_token_id = None
+    return enable(model.double().eval())
+
+
+def repetitive_prompt(seed: int, chunk: int, repeats: int) -> torch.Tensor:
+    """A random chunk repeated: the n-grams of its tail recur, so lookup has something to copy."""
+    return random_prompt(seed, chunk).repeat(1, repeats)
+
+
+# --- the exact law of sampled continuations, and a G-test against it ---------------------------------------------
+
+
+LAW_ALPHA = 1e-3  # probability that a correct sampler fails one test
+LAW_VOCAB = 8  # vocabulary: small enough to enumerate every continuation
+LAW_TOKENS = 3  # continuation length tested (its law is exact, below)
+# Tokens generated: 1 from prefill, then 3 verified. The engine never verifies past this, so a block of 3 drafts
+# tokens 2 and 3 in one step while a block of 2 drafts them in two steps.
+LAW_GENERATED = LAW_TOKENS + 1
+LAW_SAMPLES = 600
+LAW_MIN_EXPECTED = 5.0  # cells expected less often than this are pooled, so the chi-square approximation holds
+
+
+@functools.cache
+def law_pair():
+    """A vocabulary-8 target, sharp enough that ~30-40 continuations are each expected >= 5 times in LAW_SAMPLES
+    draws (a flat law would pool everything into one cell and test nothing), and its random drafter."""
+    target = tiny_target(seed=3, vocab=LAW_VOCAB, layers=2, scale=12.0)
+    return target, tiny_drafter(target, block_size=4, mask_token_id=LAW_VOCAB - 1)
+
+
+def warpers(temperature: float, top_k: int | None, top_p: float | None) -> LogitsProcessorList:
+    """The warpers `generate(do_sample=True, ...)` applies, in its order: temperature, top-k, top-p."""
+    out = LogitsProcessorList([TemperatureLogitsWarper(temperature)])
+    if top_k is not None:
+        out.append(TopKLogitsWarper(top_k))
+    if top_p is not None:
+        out.append(TopPLogitsWarper(top_p))
+    return out
+
+
+def exact_law(target, prompt: torch.Tensor, processors: LogitsProcessorList) -> dict[tuple[int, ...], float]:
+    """P(continuation) for every continuation of length LAW_TOKENS: the product of processed next-token probabilities."""
+    T = prompt.shape[1]
+    prefixes = torch.tensor(
+        list(itertools.product(range(LAW_VOCAB), repeat=LAW_TOKENS - 1)), dtype=prompt.dtype
+    )  # (LAW_VOCAB^(LAW_TOKENS-1), LAW_TOKENS-1)
+    rows = torch.cat([prompt.expand(len(prefixes), -1), prefixes], dim=1)  # (R, T + LAW_TOKENS - 1)
+    with torch.no_grad():
+        logits = (
+            target(input_ids=rows).logits[:, T - 1 :].double()
+        )  # (R, LAW_TOKENS, LAW_VOCAB): next-token logits per position
+    law: dict[tuple[int, ...], float] = {}
+    for r, prefix in enumerate(prefixes.tolist()):
+        probs = [
+            torch.softmax(processors(rows[r : r + 1, : T + i], logits[r, i][None])[0], -1) for i in range(LAW_TOKENS)
+        ]
+        for last in range(LAW_VOCAB):
+            seq = (*prefix, last)
+            law[seq] = math.prod(float(probs[i][seq[i]]) for i in range(LAW_TOKENS))
+    assert abs(sum(law.values()) - 1) < 1e-9
+    return law
+
+
+def g_test_p_value(counts: dict[tuple[int, ...], int], law: dict[tuple[int, ...], float], min_cells: int = 10) -> float:
+    """p-value of the G-test (likelihood ratio) of `counts` against `law`, pooling rare cells into one.
+    Refuses to run with fewer than `min_cells` cells: such a test could not tell a wrong sampler apart."""
+    n = sum(counts.values())
+    if any(law.get(seq, 0.0) == 0.0 for seq in counts):
+        return 0.0  # a continuation the target can never produce
+    cells, pooled_obs, pooled_exp = [], 0, 0.0
+    for seq, p in law.items():
+        if n * p >= LAW_MIN_EXPECTED:
+            cells.append((counts.get(seq, 0), n * p))
+        else:
+            pooled_obs, pooled_exp = pooled_obs + counts.get(seq, 0), pooled_exp + n * p
+    if pooled_exp > 0:
+        cells.append((pooled_obs, pooled_exp))
+    assert len(cells) >= min_cells, f"only {len(cells)} testable cells: sharpen the law or draw more samples"
+    g = 2 * sum(obs * math.log(obs / exp) for obs, exp in cells if obs > 0)
+    dof = len(cells) - 1
+    return float(
+        torch.special.gammaincc(torch.tensor(dof / 2, dtype=torch.float64), torch.tensor(g / 2, dtype=torch.float64))
+    )
+
+
+def sample_counts(sample_one, seed: int) -> dict[tuple[int, ...], int]:
+    """Run `sample_one()` LAW_SAMPLES times from a fixed global seed; count each continuation."""
+    torch.manual_seed(seed)
+    counts: dict[tuple[int, ...], int] = {}
+    for _ in range(LAW_SAMPLES):
+        seq = tuple(sample_one())
+        counts[seq] = counts.get(seq, 0) + 1
+    return counts

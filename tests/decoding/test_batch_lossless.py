@@ -10,20 +10,24 @@ from hypothesis import strategies as st
 from transformers import DynamicCache, TextStreamer
 
 from blockpilot_hf.decoding.stats import GenerationStats
-from blockpilot_hf.testing_utils import OracleDrafter, random_prompt, tiny_drafter, tiny_target, tiny_tokenizer
-from tests.decoding.test_greedy_lossless import pair
-from tests.decoding.test_sampling_lossless import (
-    ALPHA,
-    GENERATED,
-    NEW,
-    V,
+from blockpilot_hf.testing_utils import (
+    LAW_ALPHA,
+    LAW_GENERATED,
+    LAW_TOKENS,
+    LAW_VOCAB,
+    OracleDrafter,
     exact_law,
     g_test_p_value,
-    model_pair,
+    greedy_pair,
+    law_pair,
+    random_prompt,
     sample_counts,
+    tiny_drafter,
+    tiny_mistral,
+    tiny_target,
+    tiny_tokenizer,
     warpers,
 )
-from tests.decoding.test_sharp_edges import tiny_mistral
 
 FAST = settings(deadline=None, max_examples=25, derandomize=True)
 SIZES = [1, 2, 3, 4, 8, 16]
@@ -61,7 +65,7 @@ class PerRowSizes:
     seed=st.integers(0, 50),
 )
 def test_every_row_equals_plain_batched_generate(arch, rows, new, eos, seed):
-    target, drafter = pair(arch)
+    target, drafter = greedy_pair(arch)
     lengths, sizes = [n for n, _ in rows], [s for _, s in rows]
     ids, mask = padded_batch(lengths, seed)
     common = dict(input_ids=ids, attention_mask=mask, max_new_tokens=new, do_sample=False, eos_token_id=eos)
@@ -80,7 +84,7 @@ def test_every_row_equals_plain_batched_generate(arch, rows, new, eos, seed):
 
 def test_an_oracle_drafter_is_accepted_per_row_and_rows_leave_when_done():
     """Long acceptance (mistakes at chosen positions): rows at different sizes finish at different steps."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     lengths, sizes = [5, 11, 8, 3], [16, 4, 8, 2]
     ids, mask = padded_batch(lengths, seed=3)
     plain = target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=40, do_sample=False)
@@ -105,7 +109,7 @@ def test_an_oracle_drafter_is_accepted_per_row_and_rows_leave_when_done():
 
 
 def test_one_row_batch_runs_the_single_row_engine():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     ids, mask = padded_batch([6])
     out = target.generate(
         input_ids=ids,
@@ -121,8 +125,8 @@ def test_one_row_batch_runs_the_single_row_engine():
 def test_sampled_rows_follow_each_rows_target_law():
     """Two rows (one left-padded) at block sizes 2 and 3: each row's continuations pass the G-test against its own
     prompt's exact law, and fail it against the other row's (the test can tell rows apart)."""
-    target, drafter = model_pair()
-    ids, mask = padded_batch([4, 6], seed=9, vocab=V)
+    target, drafter = law_pair()
+    ids, mask = padded_batch([4, 6], seed=9, vocab=LAW_VOCAB)
     prompts = [ids[i : i + 1, mask[i].bool()] for i in range(2)]
     laws = [exact_law(target, p, warpers(1.0, None, None)) for p in prompts]
     policy = PerRowSizes(ids, mask, [2, 3])
@@ -132,14 +136,14 @@ def test_sampled_rows_follow_each_rows_target_law():
         out = target.generate(
             input_ids=ids,
             attention_mask=mask,
-            max_new_tokens=GENERATED,
+            max_new_tokens=LAW_GENERATED,
             do_sample=True,
             top_k=0,
             assistant_model=drafter,
             block_policy=policy,
         )
         width = ids.shape[1]
-        draws.append(tuple(tuple(out[i, width : width + NEW].tolist()) for i in range(2)))
+        draws.append(tuple(tuple(out[i, width : width + LAW_TOKENS].tolist()) for i in range(2)))
         return draws[-1][0]
 
     sample_counts(one_batch, seed=4)
@@ -147,8 +151,8 @@ def test_sampled_rows_follow_each_rows_target_law():
         counts: dict[tuple[int, ...], int] = {}
         for pair_of_rows in draws:
             counts[pair_of_rows[row]] = counts.get(pair_of_rows[row], 0) + 1
-        assert g_test_p_value(counts, laws[row]) > ALPHA, f"row {row} does not follow its law"
-        assert g_test_p_value(counts, laws[1 - row]) < ALPHA, "the test cannot tell the two rows apart"
+        assert g_test_p_value(counts, laws[row]) > LAW_ALPHA, f"row {row} does not follow its law"
+        assert g_test_p_value(counts, laws[1 - row]) < LAW_ALPHA, "the test cannot tell the two rows apart"
 
 
 @pytest.mark.parametrize(
@@ -161,7 +165,7 @@ def test_sampled_rows_follow_each_rows_target_law():
     ],
 )
 def test_single_row_options_are_refused_for_a_batch(option, message):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     ids, mask = padded_batch([4, 6])
     with pytest.raises(ValueError, match=f"{message}.*batch of one row"):
         target.generate(
@@ -191,7 +195,7 @@ def test_batch_of_a_float32_target_with_a_bfloat16_drafter():
 def test_a_batched_draft_is_each_rows_own_draft():
     """The drafter drafts each batch row as it drafts that row alone: holes (padding, another row's longer block)
     are masked out and positions are per row; so a batch costs no acceptance."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
     width = drafter.config.num_context_layers * target.config.hidden_size
     g = torch.Generator().manual_seed(0)

@@ -6,8 +6,6 @@ mistakes at chosen positions so the recorded acceptance lengths can be predicted
 
 from __future__ import annotations
 
-import functools
-
 import pytest
 import torch
 from hypothesis import given, settings
@@ -18,6 +16,7 @@ from transformers.generation.streamers import BaseStreamer
 from blockpilot_hf.testing_utils import (
     MASK_ID,
     OracleDrafter,
+    greedy_pair,
     plain_greedy,
     random_prompt,
     tiny_drafter,
@@ -27,13 +26,6 @@ from blockpilot_hf.testing_utils import (
 )
 
 FAST = settings(deadline=None, max_examples=20, derandomize=True)
-
-
-@functools.cache
-def pair(arch: str = "qwen3"):
-    """A tiny target (float64, so argmax ties are not a concern) and a random drafter with training block 8."""
-    target = tiny_target(seed=0, arch=arch)
-    return target, tiny_drafter(target, block_size=8)
 
 
 def ours(target, drafter, input_ids, max_new_tokens: int, block_size: int, **kwargs):
@@ -72,7 +64,7 @@ def expected_steps(prompt_len: int, total_len: int, block_size: int, mistakes: s
     max_new_tokens=st.integers(1, 40),
 )
 def test_random_drafter_matches_plain_greedy(arch, block_size, prompt_seed, prompt_len, max_new_tokens):
-    target, drafter = pair(arch)
+    target, drafter = greedy_pair(arch)
     prompt = random_prompt(prompt_seed, prompt_len)
     out = ours(target, drafter, prompt, max_new_tokens, block_size)
     assert torch.equal(out.sequences, plain_greedy(target, prompt, max_new_tokens))
@@ -93,7 +85,7 @@ def test_oracle_acceptance_is_recorded_exactly(
     arch, block_size, prompt_seed, prompt_len, max_new_tokens, mistake_offsets
 ):
     """Long acceptance: the output is still plain greedy, and each step's record matches the prediction."""
-    target, drafter = pair(arch)
+    target, drafter = greedy_pair(arch)
     prompt = random_prompt(prompt_seed, prompt_len)
     reference = plain_greedy(target, prompt, max_new_tokens)
     mistakes = {prompt_len + offset for offset in mistake_offsets}
@@ -112,7 +104,7 @@ def test_oracle_acceptance_is_recorded_exactly(
 
 
 def test_oracle_without_mistakes_accepts_whole_blocks_and_cuts_the_last_one_at_max_new_tokens():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(3, 6)
     reference = plain_greedy(target, prompt, 20)  # 1 token from prefill, then blocks of 8 commit 8, 8, then 3
     out = ours(target, OracleDrafter.from_drafter(drafter, reference), prompt, 20, 8)
@@ -134,7 +126,7 @@ def first_new_token_at(reference: torch.Tensor, prompt_len: int, lo: int, hi: in
 @pytest.mark.parametrize("block_size", [1, 3, 8, 32])
 @pytest.mark.parametrize("use_oracle", [False, True])
 def test_eos_inside_a_block_stops_at_the_same_token(arch, block_size, use_oracle):
-    target, drafter = pair(arch)
+    target, drafter = greedy_pair(arch)
     prompt = random_prompt(11, 5)
     free = plain_greedy(target, prompt, 30)
     eos, offset = first_new_token_at(free, 5, 4, 20)
@@ -150,7 +142,7 @@ def test_eos_inside_a_block_stops_at_the_same_token(arch, block_size, use_oracle
 
 
 def test_several_eos_ids_stop_at_whichever_comes_first():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(12, 7)
     free = plain_greedy(target, prompt, 30)
     late, _ = first_new_token_at(free, 7, 15, 28)
@@ -163,7 +155,7 @@ def test_several_eos_ids_stop_at_whichever_comes_first():
 
 
 def test_min_new_tokens_holds_eos_back_exactly_like_generate():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(13, 6)
     free = plain_greedy(target, prompt, 30)
     eos, offset = first_new_token_at(free, 6, 1, 6)
@@ -177,7 +169,7 @@ def test_min_new_tokens_holds_eos_back_exactly_like_generate():
 
 @pytest.mark.parametrize("block_size", [1, 4, 16])
 def test_stop_strings_cut_where_generate_cuts(block_size):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     tokenizer = tiny_tokenizer()
     prompt = random_prompt(14, 6)
     free = plain_greedy(target, prompt, 30)
@@ -237,7 +229,7 @@ def test_custom_streamer_gets_each_committed_token_once_in_order_as_it_is_commit
 
 
 def test_text_streamer_prints_what_generate_prints(capsys):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     tokenizer = tiny_tokenizer()
     prompt = random_prompt(16, 5)
     plain_greedy(target, prompt, 25, streamer=TextStreamer(tokenizer, skip_prompt=True))
@@ -247,7 +239,7 @@ def test_text_streamer_prints_what_generate_prints(capsys):
 
 
 def test_return_dict_carries_stats_of_the_request():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(17, 9)
     out = target.generate(
         input_ids=prompt,
@@ -269,7 +261,7 @@ def test_return_dict_carries_stats_of_the_request():
 
 @pytest.mark.parametrize("block_size", [1, 5, 16])
 def test_left_padded_row_equals_plain_generate_on_the_same_padded_input(block_size):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(18, 7)
     padded = torch.cat([torch.zeros((1, 4), dtype=prompt.dtype), prompt], dim=1)
     mask = torch.cat([torch.zeros((1, 4), dtype=torch.long), torch.ones_like(prompt)], dim=1)
@@ -283,7 +275,7 @@ def test_left_padded_row_equals_plain_generate_on_the_same_padded_input(block_si
 def test_left_padding_counts_in_history_dependent_processors_as_in_generate(block_size):
     """Plain generate keeps the padding in the ids its processors see: `min_new_tokens` counts from the padded
     prompt length and the repetition penalty sees the pad id; the padding still never reaches the model."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(21, 6)
     padded = torch.cat([torch.zeros((1, 5), dtype=prompt.dtype), prompt], dim=1)
     mask = torch.cat([torch.zeros((1, 5), dtype=torch.long), torch.ones_like(prompt)], dim=1)

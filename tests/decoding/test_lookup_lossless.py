@@ -7,15 +7,9 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from blockpilot_hf.testing_utils import plain_greedy, random_prompt
-from tests.decoding.test_greedy_lossless import pair
+from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt
 
 FAST = settings(deadline=None, max_examples=25, derandomize=True)
-
-
-def repetitive_prompt(seed: int, chunk: int, repeats: int) -> torch.Tensor:
-    """A random chunk repeated: the n-grams of its tail recur, so lookup has something to copy."""
-    return random_prompt(seed, chunk).repeat(1, repeats)
 
 
 @FAST
@@ -29,7 +23,7 @@ def repetitive_prompt(seed: int, chunk: int, repeats: int) -> torch.Tensor:
     eos_offset=st.one_of(st.none(), st.integers(0, 39)),
 )
 def test_lookup_matches_plain_greedy(block_size, lookup, prompt_seed, chunk, repeats, max_new_tokens, eos_offset):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = repetitive_prompt(prompt_seed, chunk, repeats)
     kwargs = {}
     if eos_offset is not None:  # an EOS id the continuation really produces, possibly inside a copied draft
@@ -56,7 +50,7 @@ def test_lookup_matches_plain_greedy(block_size, lookup, prompt_seed, chunk, rep
 
 def test_lookup_copies_a_loop_and_is_counted_by_source():
     """A random tiny target falls into a loop: lookup accepts long copies there, and the stats say so."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(3, 6)
     expected = plain_greedy(target, prompt, 64)
     out = target.generate(

@@ -9,9 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockpilot_hf import DraftShape
-from blockpilot_hf.testing_utils import plain_greedy
-from tests.decoding.test_greedy_lossless import pair
-from tests.decoding.test_lookup_lossless import repetitive_prompt
+from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, repetitive_prompt
 
 shapes = st.builds(
     lambda b, tree, lookup: DraftShape(b, tree if b > 1 else 0, lookup),
@@ -62,7 +60,7 @@ def test_bad_shapes_are_refused_with_what_to_write(text, error, message):
 
 @pytest.mark.parametrize("text", ["8", "6+tree12", "1+lookup4", "4+lookup6", "8+tree10+lookup5"])
 def test_a_chosen_shape_runs_and_matches_plain_greedy(text):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = repetitive_prompt(3, 5, 3)
     expected = plain_greedy(target, prompt, 40)
     shape = DraftShape.parse(text)
@@ -93,7 +91,7 @@ def test_a_chosen_shape_runs_and_matches_plain_greedy(text):
 
 
 def test_fixed_shape_strings_and_their_errors():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = repetitive_prompt(4, 4, 3)
     out = target.generate(
         input_ids=prompt,
@@ -117,7 +115,7 @@ def test_fixed_shape_strings_and_their_errors():
 
 
 def test_a_batch_refuses_a_chosen_tree_with_what_to_do():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompts = repetitive_prompt(5, 4, 2).repeat(2, 1)
     with pytest.raises(ValueError, match="chose draft shape 4\\+tree8 for row 0: a batch drafts chains only"):
         target.generate(input_ids=prompts, assistant_model=drafter, block_policy="fixed:4+tree8", max_new_tokens=4)

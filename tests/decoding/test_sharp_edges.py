@@ -7,46 +7,28 @@ import warnings
 
 import pytest
 import torch
-from transformers import MistralConfig, MistralForCausalLM, Qwen3NextConfig
+from transformers import Qwen3NextConfig
 
 from blockpilot_hf import DFlashDrafter
-from blockpilot_hf.generation import enable
-from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
-from blockpilot_hf.validation import check_target_cache
-from tests.decoding.test_sampling_lossless import (
-    ALPHA,
-    GENERATED,
-    NEW,
+from blockpilot_hf.testing_utils import (
+    LAW_ALPHA,
+    LAW_GENERATED,
+    LAW_TOKENS,
+    OracleDrafter,
     exact_law,
     g_test_p_value,
-    model_pair,
+    law_pair,
+    plain_greedy,
+    random_prompt,
     sample_counts,
+    tiny_drafter,
+    tiny_mistral,
+    tiny_target,
     warpers,
 )
+from blockpilot_hf.validation import check_target_cache
 
 WINDOW = 16
-
-
-def tiny_mistral(window: int = WINDOW):
-    """A random Mistral: every layer attends to the last `window` positions only."""
-    torch.manual_seed(0)
-    config = MistralConfig(
-        vocab_size=96,
-        hidden_size=32,
-        intermediate_size=64,
-        num_hidden_layers=3,
-        num_attention_heads=4,
-        num_key_value_heads=2,
-        sliding_window=window,
-        eos_token_id=None,
-        pad_token_id=0,
-        bos_token_id=None,
-    )
-    model = MistralForCausalLM(config)
-    with torch.no_grad():
-        model.lm_head.weight.mul_(4.0)
-    model.generation_config.eos_token_id = None
-    return enable(model.double().eval())
 
 
 @pytest.mark.parametrize("arch", ["qwen3", "mistral"])
@@ -135,21 +117,21 @@ def test_drafter_with_nan_logits_gives_exactly_the_plain_samples(draft_sampling)
 @pytest.mark.filterwarnings("ignore:The drafter produced non-finite logits")
 def test_drafts_before_a_nan_row_still_follow_the_target_law():
     """The first draft is sampled and judged by rejection sampling, the NaN rest dropped: the law is p's."""
-    target, drafter = model_pair()
+    target, drafter = law_pair()
     broken = NaNDrafter.from_drafter(drafter, finite_rows=1)
     prompt = random_prompt(5, 4, vocab=8)
 
     def one() -> list[int]:
         out = target.generate(
             input_ids=prompt,
-            max_new_tokens=GENERATED,
+            max_new_tokens=LAW_GENERATED,
             do_sample=True,
             top_k=5,
             assistant_model=broken,
             block_size=3,
             draft_sampling=True,
         )
-        return out[0, prompt.shape[1] : prompt.shape[1] + NEW].tolist()
+        return out[0, prompt.shape[1] : prompt.shape[1] + LAW_TOKENS].tolist()
 
     law = exact_law(target, prompt, warpers(1.0, 5, None))
-    assert g_test_p_value(sample_counts(one, seed=11), law) > ALPHA
+    assert g_test_p_value(sample_counts(one, seed=11), law) > LAW_ALPHA

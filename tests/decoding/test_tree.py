@@ -9,8 +9,14 @@ from hypothesis import strategies as st
 from transformers import DynamicCache
 
 from blockpilot_hf.decoding.tree import DraftTree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
-from blockpilot_hf.testing_utils import OracleDrafter, plain_greedy, random_prompt, tiny_drafter, tiny_target
-from tests.decoding.test_greedy_lossless import pair
+from blockpilot_hf.testing_utils import (
+    OracleDrafter,
+    greedy_pair,
+    plain_greedy,
+    random_prompt,
+    tiny_drafter,
+    tiny_target,
+)
 
 FAST = settings(deadline=None, max_examples=25, derandomize=True)
 
@@ -70,7 +76,7 @@ def test_a_lookup_branch_shares_the_nodes_it_agrees_with():
 
 def test_lookup_joins_the_tree_and_its_accepted_drafts_are_counted_as_lookup():
     """The looping prompt of the lookup tests, with a tree: copies ride along the drafter's tree in one pass."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(3, 6)
     common = dict(input_ids=prompt, max_new_tokens=64, do_sample=False, assistant_model=drafter, block_size=4)
     out = target.generate(**common, tree_budget=4, prompt_lookup_num_tokens=8, return_dict_in_generate=True)
@@ -95,7 +101,7 @@ def test_mask_lets_a_node_see_the_cache_and_its_ancestors_only():
 
 
 def test_gather_keeps_the_prefix_anchor_and_accepted_path():
-    target, _ = pair()
+    target, _ = greedy_pair()
     cache = DynamicCache(config=target.config)
     with torch.no_grad():
         target(input_ids=random_prompt(0, 9), cache=cache, use_cache=True)  # 3 past + anchor + 5 nodes
@@ -117,7 +123,7 @@ def test_gather_keeps_the_prefix_anchor_and_accepted_path():
     eos_offset=st.one_of(st.none(), st.integers(0, 39)),
 )
 def test_tree_matches_plain_greedy(budget, block_size, prompt_seed, prompt_len, max_new_tokens, lookup, eos_offset):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(prompt_seed, prompt_len)
     kwargs = {}
     if eos_offset is not None:
@@ -139,7 +145,7 @@ def test_tree_matches_plain_greedy(budget, block_size, prompt_seed, prompt_len, 
 
 
 def test_tree_with_repetition_penalty_scores_each_node_with_its_own_prefix():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(7, 6)
     kwargs = dict(max_new_tokens=30, do_sample=False, repetition_penalty=1.3)
     out = target.generate(input_ids=prompt, assistant_model=drafter, block_size=6, tree_budget=12, **kwargs)
@@ -147,7 +153,7 @@ def test_tree_with_repetition_penalty_scores_each_node_with_its_own_prefix():
 
 
 def test_an_always_right_drafter_has_its_chain_in_the_tree():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     prompt = random_prompt(3, 6)
     reference = plain_greedy(target, prompt, 20)
     oracle = OracleDrafter.from_drafter(drafter, reference)
@@ -168,7 +174,7 @@ def test_an_always_right_drafter_has_its_chain_in_the_tree():
 def test_a_tree_accepts_at_least_as_much_as_the_chain_of_its_width():
     """The tree of budget k-1 holds more than one continuation; over many prompts it accepts more drafts than
     the argmax chain of the same number of verified tokens."""
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     chain = tree = 0
     for seed in range(12):
         prompt = random_prompt(seed, 8)
@@ -189,7 +195,7 @@ def test_a_tree_accepts_at_least_as_much_as_the_chain_of_its_width():
     ],
 )
 def test_bad_drafting_options_are_refused(options, message):
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     with pytest.raises(ValueError, match=message):
         target.generate(input_ids=random_prompt(0, 4), max_new_tokens=4, assistant_model=drafter, **options)
 
@@ -202,7 +208,7 @@ def test_trees_refuse_sliding_window_targets():
 
 
 def test_engine_only_options_are_refused_in_transformers_dflash_loop():
-    target, drafter = pair()
+    target, drafter = greedy_pair()
     common = dict(input_ids=random_prompt(0, 4), max_new_tokens=4, assistant_model=drafter, speculation_type="dflash")
     with pytest.raises(ValueError, match="`tree_budget` with a DFlash drafter run on blockpilot's engine only"):
         target.generate(**common, tree_budget=4)
