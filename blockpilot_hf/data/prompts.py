@@ -257,3 +257,15 @@ def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | s
         input_ids[row, width - len(ids) :] = ids
         attention_mask[row, width - len(ids) :] = 1
     return {"input_ids": input_ids, "attention_mask": attention_mask, "pad_token_id": pad}
+
+
+def turn_id(prompt_id: str, turn: int) -> str:
+    """The id of turn `turn` (1-based) of a multi-turn prompt: the prompt's own id for the first, a `/turn<t>` suffix
+    from the second on (collect records and regenerated answers name later turns so)."""
+    return prompt_id if turn == 1 else f"{prompt_id}/turn{turn}"
+
+
+def chat_id(item_id: str) -> str:
+    """The prompt a turn id belongs to (`turn_id` undone): every turn of one chat shares it."""
+    head, sep, turn = item_id.rpartition("/turn")
+    return head if sep and turn.isdigit() else item_id

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from blockpilot_hf.data import SPLITS, chat_input_ids, load_prompts
+from blockpilot_hf.data import SPLITS, chat_id, chat_input_ids, load_prompts, turn_id
 from blockpilot_hf.data.prompts import GSM8K_SUFFIX, HUMANEVAL_PREFIX
 
 BENCHMARKS = {"gsm8k": 1319, "humaneval": 164, "mt-bench": 80}
@@ -95,3 +95,9 @@ def test_stdlib_code_prompts_are_humaneval_shaped_signatures_with_docstrings():
         stub = prompt.text.removeprefix(HUMANEVAL_PREFIX).removesuffix("\n```")
         (function,) = ast.parse(stub + "\n    pass").body  # the signature and docstring, no body
         assert ast.get_docstring(function) and len(function.body) == 2
+
+
+def test_turn_ids_name_later_turns_and_map_back_to_their_chat():
+    assert [turn_id("mt-bench/81", t) for t in (1, 2, 3)] == ["mt-bench/81", "mt-bench/81/turn2", "mt-bench/81/turn3"]
+    assert {chat_id(turn_id("mt-bench/81", t)) for t in (1, 2, 3)} == {"mt-bench/81"}
+    assert chat_id("notes/turnkey") == "notes/turnkey"  # only a numbered suffix is a turn

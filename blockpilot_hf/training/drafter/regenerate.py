@@ -14,7 +14,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ...data import chat_input_ids, left_padded, load_prompts
+from ...data import chat_input_ids, left_padded, load_prompts, turn_id
 from ...jsonl import JsonlWriter, read_rows
 
 
@@ -41,9 +41,13 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
                 asked, encoded, greedy_batch(model, tokenizer, encoded, max_new_tokens), strict=True
             ):
                 answers[i].append(tokenizer.decode(response, skip_special_tokens=True))
-                row_id = batch[i].id if turn == 0 else f"{batch[i].id}/turn{turn + 1}"
                 rows.append(
-                    {"source": batch[i].source, "id": row_id, "prompt_ids": ids.tolist(), "response_ids": response}
+                    {
+                        "source": batch[i].source,
+                        "id": turn_id(batch[i].id, turn + 1),
+                        "prompt_ids": ids.tolist(),
+                        "response_ids": response,
+                    }
                 )
         writer.append(*rows)
         bar.update(len(batch))

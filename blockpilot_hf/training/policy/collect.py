@@ -206,7 +206,7 @@ def items_from_prompts(
     ids get a `/turn<t>` suffix. Ids in `skip` (already collected) are left out, and their replies not generated."""
     from tqdm.auto import tqdm
 
-    from ...data import chat_input_ids, load_prompts
+    from ...data import chat_input_ids, load_prompts, turn_id
 
     if turns > 1 and answer is None:
         raise ValueError("Collecting later turns needs `answer`, the target's reply to the turns before.")
@@ -217,7 +217,7 @@ def items_from_prompts(
         # Replies to earlier turns are plain greedy generations (seconds each on a CPU): show them progressing.
         for prompt in tqdm(prompts, desc=f"{source}: earlier turns", unit="prompt", disable=turns == 1, leave=False):
             asked = prompt.turns[:turns]
-            ids = [prompt.id] + [f"{prompt.id}/turn{t}" for t in range(2, len(asked) + 1)]
+            ids = [turn_id(prompt.id, t) for t in range(1, len(asked) + 1)]
             replies: list[str] = []
             for t, item_id in enumerate(ids):
                 input_ids = chat_input_ids(tokenizer, asked[: t + 1], replies)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
+from ...data import chat_id
 from ...decoding.shape import DraftShape
 from ...policy.baselines import best_fixed_size
 from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
@@ -33,8 +34,9 @@ logger = logging.getLogger(__name__)
 
 
 def is_heldout(prompt_id: str, fraction: float) -> bool:
-    """Deterministic split by a hash of the id: the same prompt always lands on the same side."""
-    digest = int(hashlib.sha256(prompt_id.encode()).hexdigest()[:8], 16)
+    """Deterministic split by a hash of the prompt's id: the same prompt always lands on the same side, and so do
+    all turns of one chat (a second turn holds its first in context: training on one and scoring the other leaks)."""
+    digest = int(hashlib.sha256(chat_id(prompt_id).encode()).hexdigest()[:8], 16)
     return digest / 0xFFFFFFFF < fraction
 
 

@@ -4,6 +4,7 @@ import pytest
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.cli import main
+from blockpilot_hf.data import turn_id
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.testing_utils import SYNTHETIC_COST, best_size
 from blockpilot_hf.training.policy.evaluate import evaluate_policy, evaluate_records
@@ -31,6 +32,13 @@ def test_heldout_split_is_deterministic_and_disjoint(task):
     assert train and heldout and not {r.prompt_id for r in train} & {r.prompt_id for r in heldout}
     assert all(is_heldout(r.prompt_id, 0.25) for r in heldout)
     assert split_records(task.train, 0.25) == (train, heldout)
+
+
+def test_every_turn_of_a_chat_lands_on_the_side_of_its_first_turn():
+    """A second turn holds the first in context: scoring one and training on the other would leak."""
+    ids = [f"mt-bench/{i}" for i in range(80, 120)]
+    assert {is_heldout(i, 0.5) for i in ids} == {True, False}  # both sides occur, so the check below can fail
+    assert all(is_heldout(turn_id(i, 2), 0.5) == is_heldout(i, 0.5) for i in ids)
     with pytest.raises(ValueError, match="heldout_fraction"):
         FitConfig(heldout_fraction=1.0)
 
