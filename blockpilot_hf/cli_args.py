@@ -37,6 +37,12 @@ class Command:
     positional: tuple[str, ...] = ()  # fields given as positional arguments, in this order
 
 
+def check_choice(option: str, value: str, choices: tuple[str, ...]) -> None:
+    """Refuse a value outside `choices`, naming the option and what it accepts."""
+    if value not in choices:
+        raise ValueError(f"{option} must be one of {', '.join(choices)}, got {value!r}.")
+
+
 def checked(option: str, resolve: Callable[[str], T], value: str) -> T:
     """`resolve(value)`, a failure (a missing folder, a bad Hub id) turned into a usage error naming the option."""
     try:

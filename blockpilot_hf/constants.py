@@ -19,4 +19,6 @@ EMBEDDED_POLICY_DIR = ASSETS_DIR / "smollm2-135m-blockpilot"
 # The name that selects a shipped asset wherever a drafter or policy is named (`--drafter embedded`).
 EMBEDDED = "embedded"
 
+DTYPES = ("float32", "bfloat16", "float16")  # model dtypes a command accepts by name
+
 DEVICE_HELP = "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."

@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .bench.config import BASELINE, BLOCKPILOT, BenchConfig, fixed_arm
-from .cli_args import Command
+from .cli_args import Command, check_choice
+from .constants import DTYPES
 
 if TYPE_CHECKING:  # the bench modules import torch; `blockpilot --help` must not
     from .bench.harness import BenchModels
@@ -47,8 +48,7 @@ class DemoConfig:
     def __post_init__(self) -> None:
         if self.limit < 1 or self.max_new_tokens < 1 or self.repeats < 1:
             raise ValueError("--limit, --max-new-tokens and --repeats must be >= 1.")
-        if self.dtype not in ("float32", "bfloat16"):
-            raise ValueError(f"--dtype must be float32 or bfloat16, got {self.dtype!r}.")
+        check_choice("--dtype", self.dtype, DTYPES[:2])
 
 
 @dataclass

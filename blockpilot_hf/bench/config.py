@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ..constants import DEVICE_HELP, EMBEDDED
+from ..cli_args import check_choice
+from ..constants import DEVICE_HELP, DTYPES, EMBEDDED
 
 # Arms that run generate (in this order within a prompt) ...
 BASELINE = "baseline"  # plain `generate`
@@ -105,8 +106,7 @@ class BenchConfig:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if any(b < 1 for b in self.batch_size):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_size}.")
-        if self.dtype not in ("float32", "bfloat16", "float16"):
-            raise ValueError(f"dtype must be float32, bfloat16 or float16, got {self.dtype!r}.")
+        check_choice("--dtype", self.dtype, DTYPES)
 
     def seeds_for(self, temperature: float) -> list[int]:
         """Greedy runs are deterministic: one seed (0); sampled runs use every seed."""

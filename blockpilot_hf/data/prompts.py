@@ -17,8 +17,10 @@ import sysconfig
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import torch
+if TYPE_CHECKING:
+    import torch
 
 GSM8K_SUFFIX = "\nPlease reason step by step, and put your final answer within \\boxed{}."
 HUMANEVAL_PREFIX = "Write a solution to the following problem and make sure that it passes the tests:\n```python\n"
@@ -249,6 +251,8 @@ def chat_input_ids(tokenizer, turns: list[str] | tuple[str, ...], answers: list[
 
 def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
     """`input_ids`, `attention_mask` (B, T_max) on `device` and `pad_token_id` for prompts of different lengths."""
+    import torch  # here, not at the top: the CLI's parser imports this module and must stay light
+
     pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     width = max(len(e) for e in encoded)
     input_ids = torch.full((len(encoded), width), pad, device=device)

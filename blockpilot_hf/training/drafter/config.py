@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...constants import DEVICE_HELP
+from ...cli_args import check_choice
+from ...constants import DEVICE_HELP, DTYPES
 from ...data import DATASETS, SPLITS
 
 TARGET_HELP = "target: 'smollm2' (embedded), a causal LM folder or a Hub id"
-DTYPES = ("float32", "bfloat16", "float16")
 
 
 def _check_sources(sources: list[str], allowed, what: str) -> None:
@@ -54,8 +54,7 @@ class RegenerateConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.per_source is not None and self.per_source < 1:
             raise ValueError(f"--per-source must be >= 1, got {self.per_source}.")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        check_choice("--dtype", self.dtype, DTYPES)
 
 
 @dataclass(kw_only=True)
@@ -77,8 +76,7 @@ class SelfInstructConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if not 0.0 <= self.two_turn_share <= 1.0:
             raise ValueError(f"--two-turn-share must be in [0, 1], got {self.two_turn_share}.")
-        if self.dtype not in DTYPES:
-            raise ValueError(f"--dtype must be one of {', '.join(DTYPES)}, got {self.dtype!r}.")
+        check_choice("--dtype", self.dtype, DTYPES)
 
 
 @dataclass(kw_only=True)
@@ -163,7 +161,6 @@ class DrafterTrainingConfig:
             raise ValueError(f"block_size must be >= 2 (position 0 is the anchor), got {self.block_size}.")
         if not 0 <= self.val_percent < 100:
             raise ValueError(f"val_percent must be in [0, 100), got {self.val_percent}.")
-        if self.save_dtype not in DTYPES:
-            raise ValueError(f"save_dtype must be one of {', '.join(DTYPES)}, got {self.save_dtype!r}.")
+        check_choice("--save-dtype", self.save_dtype, DTYPES)
         if self.mixed_precision not in ("no", "bf16", "fp16"):
             raise ValueError(f"mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}.")

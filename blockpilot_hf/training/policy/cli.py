@@ -34,13 +34,16 @@ def drafter_folder(name: str) -> Path:
     return checked("--drafter", resolve_drafter, name)
 
 
-def _load_pair(target_name: str, drafter_dir: Path):
-    """(enabled target, tokenizer, drafter): check the drafter folder first, then load the target."""
+def _load_pair(target_name: str, drafter_dir: Path, dtype: str | None = None):
+    """(enabled target, tokenizer, drafter): check the drafter folder first, then load the target (in `dtype`,
+    by name; unset = the loader's default)."""
+    import torch
+
     from ...drafter import DFlashDrafter
     from ...embedded import load_target
     from ...generation import enable
 
-    target, tokenizer = load_target(target_name)
+    target, tokenizer = load_target(target_name, getattr(torch, dtype) if dtype else None)
     drafter = DFlashDrafter.from_pretrained(drafter_dir, dtype=target.dtype).to(target.device)
     return enable(target), tokenizer, drafter
 
@@ -104,7 +107,7 @@ def run_calibrate(config: CalibrateConfig) -> None:
     drafter_dir = drafter_folder(config.drafter)  # before the target loads: a wrong path fails at once
     from ...policy.cost import calibrate, calibration_path
 
-    target, _, drafter = _load_pair(config.target, drafter_dir)
+    target, _, drafter = _load_pair(config.target, drafter_dir, config.dtype)
     cost = calibrate(target, drafter, config.block_sizes, steps=config.steps)
     print(json.dumps(dataclasses.asdict(cost), indent=2))
     print(f"cached at {calibration_path(target, drafter)}")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ...constants import EMBEDDED
+from ...cli_args import check_choice
+from ...constants import DTYPES, EMBEDDED
 from ...data import SPLITS
 from ...decoding.shape import DraftShape
 
@@ -152,8 +153,12 @@ class CalibrateConfig:
         default_factory=lambda: CollectConfig().block_sizes, metadata={"help": "block sizes to time"}
     )
     steps: int = field(default=6, metadata={"help": "timed steps per size"})
+    dtype: str = field(
+        default="float32", metadata={"help": "model dtype to time in (float32, bfloat16, float16); cached per dtype"}
+    )
 
     def __post_init__(self) -> None:
+        check_choice("--dtype", self.dtype, DTYPES)
         self.block_sizes = sorted({int(b) for b in self.block_sizes})
         if not self.block_sizes or self.block_sizes[0] < 1:
             raise ValueError(f"--block-sizes must be >= 1, got {self.block_sizes}.")
