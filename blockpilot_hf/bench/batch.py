@@ -45,7 +45,7 @@ class BatchRun:
         return tokens_per_second(self.new_tokens, self.seconds)
 
 
-def first_turns_padded(tokenizer, prompts) -> dict[str, torch.Tensor]:
+def first_turns_padded(tokenizer, prompts) -> dict[str, torch.Tensor | int]:
     """The first turns of `prompts`, chat-formatted and left-padded into one batch (`data.left_padded`)."""
     from ..data import chat_input_ids, left_padded
 

@@ -249,7 +249,9 @@ def chat_input_ids(tokenizer, turns: list[str] | tuple[str, ...], answers: list[
     )["input_ids"]
 
 
-def left_padded(tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu") -> dict[str, torch.Tensor]:
+def left_padded(
+    tokenizer, encoded: list[torch.Tensor], device: torch.device | str = "cpu"
+) -> dict[str, torch.Tensor | int]:
     """`input_ids`, `attention_mask` (B, T_max) on `device` and `pad_token_id` for prompts of different lengths."""
     import torch  # here, not at the top: the CLI's parser imports this module and must stay light
 

@@ -22,6 +22,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
+from ...data import chat_id
 from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
@@ -81,7 +82,9 @@ def validation_split(
 
 
 def is_validation(seq_id: str, percent: int) -> bool:
-    return zlib.crc32(seq_id.encode()) % 100 < percent
+    """Held out by a hash of the chat the row belongs to: a second turn holds its first turn's answer in context,
+    so both turns land on the same side."""
+    return zlib.crc32(chat_id(seq_id).encode()) % 100 < percent
 
 
 def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:

@@ -15,6 +15,7 @@ from blockpilot_hf.training.drafter.blocks import build_blocks, decay_weights, s
 from blockpilot_hf.training.drafter.recipe import (
     DrafterTrainingConfig,
     data_summary,
+    is_validation,
     load_sequences,
     make_drafter,
     train_drafter,
@@ -201,3 +202,11 @@ def test_validation_is_split_per_source_and_recorded_with_token_counts(tmp_path)
     summary = data_summary(train, [s for seqs in val.values() for s in seqs])
     assert summary["response_tokens"] == sum(e["response_tokens"] for e in summary["per_source"].values())
     assert summary["response_tokens"] == sum(len(r["response_ids"]) for r in rows if r["id"] in summary["train_ids"])
+
+
+def test_every_turn_of_a_chat_lands_on_the_validation_side_of_its_first_turn():
+    chats = [f"self-instruct/writing/0/{i}" for i in range(200)]
+    held = [c for c in chats if is_validation(c, 10)]
+    assert 0 < len(held) < len(chats)  # the split holds some chats out, not all
+    for chat in chats:  # with a hash of the row id alone, some second turns land apart from their first
+        assert is_validation(f"{chat}/turn2", 10) == is_validation(chat, 10)
