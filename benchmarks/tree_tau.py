@@ -3,9 +3,13 @@ default (tau only, so the numbers do not depend on the machine's load).
 
     python benchmarks/tree_tau.py                       # 6 GSM8K eval prompts, 7 drafted tokens per step
     python benchmarks/tree_tau.py --datasets gsm8k,humaneval --limit 10 --drafted 7,15
+    python benchmarks/tree_tau.py --temperature 1 --seeds 3 --drafted 3,7   # sampling: adds sampled-draft chains
 
 A chain of block size b verifies b tokens (anchor + b - 1 drafts); a tree of budget b - 1 verifies the same b
-tokens, spread over the drafter's most likely continuations (depth up to the block size it drafts with).
+tokens, spread over the drafter's most likely continuations (depth up to the block size it drafts with). When
+sampling, a greedy chain or tree step goes on while the target's own sample equals a drafted token (any child
+of a tree node), and a sampled chain (`draft_sampling=True`) accepts by rejection sampling against the drafter's
+distribution; all three keep the target's distribution exactly.
 """
 
 from __future__ import annotations
@@ -19,41 +23,55 @@ from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.embedded import load_embedded
 
 
-def mean_tau(target, drafter, shape: DraftShape, inputs: list[torch.Tensor], max_new_tokens: int) -> float:
-    """Mean acceptance length over every step of every prompt (the pooled tau), greedy."""
+def mean_tau(target, drafter, shape: DraftShape, inputs: list[torch.Tensor], args, draft_sampling=False) -> float:
+    """Mean acceptance length over every step of every prompt and seed (the pooled tau)."""
+    sample = args.temperature > 0
+    sampling = dict(do_sample=True, temperature=args.temperature) if sample else dict(do_sample=False)
     committed = steps = 0
     for input_ids in inputs:
-        out = target.generate(
-            input_ids=input_ids,
-            assistant_model=drafter,
-            block_policy=f"fixed:{shape}",
-            max_new_tokens=max_new_tokens,
-            do_sample=False,
-            return_dict_in_generate=True,
-        )
-        committed += sum(out.blockpilot.acceptance_lengths)
-        steps += len(out.blockpilot.steps)
+        for seed in range(args.seeds if sample else 1):
+            torch.manual_seed(seed)
+            out = target.generate(
+                input_ids=input_ids,
+                assistant_model=drafter,
+                block_policy=f"fixed:{shape}",
+                max_new_tokens=args.max_new_tokens,
+                **sampling,
+                draft_sampling=draft_sampling,
+                return_dict_in_generate=True,
+            )
+            committed += sum(out.blockpilot.acceptance_lengths)
+            steps += len(out.blockpilot.steps)
     return committed / steps
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--datasets", default="gsm8k")
-    parser.add_argument("--limit", type=int, default=6, help="eval prompts per dataset (first turns)")
+    parser.add_argument("--split", default="eval", help="prompt split (eval, or policy to keep eval unseen)")
+    parser.add_argument("--limit", type=int, default=6, help="prompts per dataset (first turns)")
     parser.add_argument("--drafted", default="7", help="drafted tokens per step to compare at (comma-separated)")
     parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    parser.add_argument("--seeds", type=int, default=3, help="sampled runs per prompt when temperature > 0")
     args = parser.parse_args()
     target, tokenizer, drafter, _ = load_embedded()
-    print("| dataset | tokens verified per step | chain tau | tree tau | tree / chain |")
-    print("|---|---|---|---|---|")
+    sample = args.temperature > 0
+    extra = " sampled-chain tau |" if sample else ""
+    print(f"| dataset | tokens verified per step | chain tau |{extra} tree tau | tree / chain |")
+    print("|---|---|---|---|---|" + ("---|" if sample else ""))
     for dataset in args.datasets.split(","):
-        inputs = [chat_input_ids(tokenizer, p.turns[:1]) for p in load_prompts(dataset, "eval", args.limit)]
+        prompts = load_prompts(dataset, args.split, args.limit)
+        inputs = [chat_input_ids(tokenizer, p.turns[:1]) for p in prompts]
         for drafted in map(int, args.drafted.split(",")):
-            chain = mean_tau(target, drafter, DraftShape(drafted + 1), inputs, args.max_new_tokens)
+            chain = mean_tau(target, drafter, DraftShape(drafted + 1), inputs, args)
+            sampled = (
+                f" {mean_tau(target, drafter, DraftShape(drafted + 1), inputs, args, True):.2f} |" if sample else ""
+            )
             # The tree drafts from the training block size's positions, as the tree arm of the bench does.
             depth = max(drafter.config.block_size, 2)
-            tree = mean_tau(target, drafter, DraftShape(depth, tree_budget=drafted), inputs, args.max_new_tokens)
-            print(f"| {dataset} | {drafted + 1} | {chain:.2f} | {tree:.2f} | {tree / chain:.2f}x |")
+            tree = mean_tau(target, drafter, DraftShape(depth, tree_budget=drafted), inputs, args)
+            print(f"| {dataset} | {drafted + 1} | {chain:.2f} |{sampled} {tree:.2f} | {tree / chain:.2f}x |")
 
 
 if __name__ == "__main__":
