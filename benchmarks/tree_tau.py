@@ -23,7 +23,14 @@ from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.embedded import load_embedded
 
 
-def mean_tau(target, drafter, shape: DraftShape, inputs: list[torch.Tensor], args, draft_sampling=False) -> float:
+def mean_tau(
+    target,
+    drafter,
+    shape: DraftShape,
+    inputs: list[torch.Tensor],
+    args: argparse.Namespace,
+    draft_sampling: bool = False,
+) -> float:
     """Mean acceptance length over every step of every prompt and seed (the pooled tau)."""
     sample = args.temperature > 0
     sampling = dict(do_sample=True, temperature=args.temperature) if sample else dict(do_sample=False)
