@@ -64,21 +64,22 @@ def main() -> None:
     args = parser.parse_args()
     target, tokenizer, drafter, _ = load_embedded()
     sample = args.temperature > 0
-    extra = " sampled-chain tau |" if sample else ""
-    print(f"| dataset | tokens verified per step | chain tau |{extra} tree tau | tree / chain |")
-    print("|---|---|---|---|---|" + ("---|" if sample else ""))
+    columns = ["chain tau", *(["sampled-chain tau"] if sample else []), "tree tau", "tree / chain"]
+    print("| dataset | tokens verified per step | " + " | ".join(columns) + " |")
+    print("|---|---|" + "---|" * len(columns))
     for dataset in args.datasets.split(","):
         prompts = load_prompts(dataset, args.split, args.limit)
         inputs = [chat_input_ids(tokenizer, p.turns[:1]) for p in prompts]
         for drafted in map(int, args.drafted.split(",")):
-            chain = mean_tau(target, drafter, DraftShape(drafted + 1), inputs, args)
-            sampled = (
-                f" {mean_tau(target, drafter, DraftShape(drafted + 1), inputs, args, True):.2f} |" if sample else ""
-            )
+            chain = DraftShape(drafted + 1)
             # The tree drafts from the training block size's positions, as the tree arm of the bench does.
-            depth = max(drafter.config.block_size, 2)
-            tree = mean_tau(target, drafter, DraftShape(depth, tree_budget=drafted), inputs, args)
-            print(f"| {dataset} | {drafted + 1} | {chain:.2f} |{sampled} {tree:.2f} | {tree / chain:.2f}x |")
+            tree = DraftShape(max(drafter.config.block_size, 2), tree_budget=drafted)
+            taus = [mean_tau(target, drafter, chain, inputs, args)]
+            if sample:
+                taus.append(mean_tau(target, drafter, chain, inputs, args, draft_sampling=True))
+            taus.append(mean_tau(target, drafter, tree, inputs, args))
+            cells = [f"{t:.2f}" for t in taus] + [f"{taus[-1] / taus[0]:.2f}x"]
+            print(f"| {dataset} | {drafted + 1} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":
