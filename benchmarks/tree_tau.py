@@ -4,6 +4,7 @@ default (tau only, so the numbers do not depend on the machine's load).
     python benchmarks/tree_tau.py                       # 6 GSM8K eval prompts, 7 drafted tokens per step
     python benchmarks/tree_tau.py --datasets gsm8k,humaneval --limit 10 --drafted 7,15
     python benchmarks/tree_tau.py --temperature 1 --seeds 3 --drafted 3,7   # sampling: adds sampled-draft chains
+    python benchmarks/tree_tau.py --drafter runs/drafter/drafter --split policy   # another drafter, eval unseen
 
 A chain of block size b verifies b tokens (anchor + b - 1 drafts); a tree of budget b - 1 verifies the same b
 tokens, spread over the drafter's most likely continuations (depth up to the block size it drafts with). When
@@ -20,7 +21,8 @@ import torch
 
 from blockpilot_hf.data import chat_input_ids, load_prompts
 from blockpilot_hf.decoding.shape import DraftShape
-from blockpilot_hf.embedded import load_embedded
+from blockpilot_hf.drafter import DFlashDrafter
+from blockpilot_hf.embedded import load_embedded, resolve_drafter
 
 
 def mean_tau(
@@ -61,8 +63,11 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     parser.add_argument("--seeds", type=int, default=3, help="sampled runs per prompt when temperature > 0")
+    parser.add_argument("--drafter", default="embedded", help="drafter folder or Hub id; 'embedded' = shipped")
     args = parser.parse_args()
     target, tokenizer, drafter, _ = load_embedded()
+    if args.drafter != "embedded":
+        drafter = DFlashDrafter.from_pretrained(resolve_drafter(args.drafter), dtype=target.dtype)
     sample = args.temperature > 0
     columns = ["chain tau", *(["sampled-chain tau"] if sample else []), "tree tau", "tree / chain"]
     print("| dataset | tokens verified per step | " + " | ".join(columns) + " |")
