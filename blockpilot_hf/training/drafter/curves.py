@@ -36,7 +36,7 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
     if left.lines:  # no validation yet (a run stopped early)
         left.legend(fontsize=7)
     trained = [r for r in rows if "acc1" in r]  # step 0 of a warm start holds validation only
-    right.plot([r["tokens_seen"] for r in trained], [r["acc1"] for r in trained], alpha=0.4)
+    right.plot([r["sequences_seen"] for r in trained], [r["acc1"] for r in trained], alpha=0.4)
     right.set(xlabel="sequences seen", ylabel="first-position accuracy", title="training accuracy")
     fig.tight_layout()
     fig.savefig(out, dpi=110)

@@ -274,7 +274,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         return validation_taus(model, embed, head, keep, cache, val_by_source, (4, 8, cfg.block_size), cfg.block_size)
 
     if state["step"] == 0 and cfg.init_from:  # the warm start's own tau, so the curve shows what training added
-        record = {"step": 0, "minutes": 0.0, "tokens_seen": 0, **validate()}
+        record = {"step": 0, "minutes": 0.0, "sequences_seen": 0, **validate()}
         if accelerator.is_main_process:
             metrics.append(record)
     while state["step"] < total_steps:
@@ -304,7 +304,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
             "acc1": sum(accs) / len(accs),
             "lr": schedule.get_last_lr()[0],
             "minutes": elapsed / 60,
-            "tokens_seen": state["step"] * cfg.sequences_per_step,
+            "sequences_seen": state["step"] * cfg.sequences_per_step,
         }
         out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
         if state["step"] % cfg.val_every == 0 or state["step"] == total_steps or out_of_time:
