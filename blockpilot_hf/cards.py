@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -62,11 +63,12 @@ def _slug(text: str, sep: str) -> str:
 
 def location_hint(folder: str | Path, repo_id: str | None) -> str:
     """The Python expression a card's Use snippet loads the model by: the Hub id when it has one, the package
-    constant for a shipped asset, else a placeholder path the reader fills in."""
+    constant for a shipped asset, else a placeholder path the reader fills in; strings in double quotes, as
+    `ruff format` writes them."""
     if repo_id:
-        return repr(repo_id)
+        return json.dumps(repo_id)
     shipped = SHIPPED_LOCATIONS.get(Path(folder).resolve())
-    return shipped or repr(f"path/to/{Path(folder).name}")
+    return shipped or json.dumps(f"path/to/{Path(folder).name}")
 
 
 def render_template(template: str, **fields) -> str:

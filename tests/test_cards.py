@@ -56,9 +56,9 @@ def test_card_metadata_round_trips(tmp_path, caplog):
 
 
 def test_location_hint_works_from_any_directory(tmp_path):
-    assert location_hint(tmp_path / "p", "org/repo") == "'org/repo'"
+    assert location_hint(tmp_path / "p", "org/repo") == '"org/repo"'
     assert location_hint(EMBEDDED_POLICY_DIR, None) == "blockpilot_hf.constants.EMBEDDED_POLICY_DIR"
-    assert location_hint(tmp_path / "p", None) == "'path/to/p'"
+    assert location_hint(tmp_path / "p", None) == '"path/to/p"'
 
 
 def _markdown_files() -> list[Path]:
