@@ -49,7 +49,7 @@ def test_card_lists_base_model_and_results(task, tmp_path):
         "12 prompts",
     )
     assert "| blockpilot regret vs oracle | 0.0123 | 12 prompts |" in card.text
-    assert "policy = 'someone/my-policy'" in card.text  # the Use snippet loads the Hub repo it is pushed to
+    assert 'policy = "someone/my-policy"' in card.text  # the Use snippet loads the Hub repo it is pushed to
 
 
 def test_load_by_hub_id_offline_from_cache(task, offline_cache):

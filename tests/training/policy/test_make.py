@@ -105,7 +105,7 @@ def test_rerun_resumes_and_push_leaves_collect_behind(made, monkeypatch):
     assert sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl")) == rows
     assert calls["create"] == "someone/tiny-qwen3"
     assert calls["upload"]["folder_path"] == str(out) and calls["upload"]["ignore_patterns"] == ["collect/*"]
-    assert "policy = 'someone/tiny-qwen3'" in (out / "README.md").read_text()
+    assert 'policy = "someone/tiny-qwen3"' in (out / "README.md").read_text()
 
 
 def test_too_few_prompts_for_a_heldout_share_is_explained(made, tmp_path):
