@@ -129,6 +129,13 @@ class DrafterTrainingConfig:
     loss_vocab_size: int = field(
         default=0, metadata={"help": "if > 0, softmax over the N most frequent response tokens only"}
     )
+    distill_weight: float = field(
+        default=0.0,
+        metadata={
+            "help": "weight of the soft-label loss (cross-entropy to the target's own next-token distribution) against "
+            "the hard-label one; > 0 teaches the drafter to sample like the target, for draft_sampling at T > 0"
+        },
+    )
     lr: float = field(default=6e-4, metadata={"help": "AdamW peak learning rate"})
     warmup: float = field(default=0.04, metadata={"help": "warmup fraction"})
     epochs: float = field(default=6.0, metadata={"help": "passes over the training sequences"})
@@ -159,6 +166,8 @@ class DrafterTrainingConfig:
             raise ValueError(f"lr and epochs must be > 0, got lr={self.lr}, epochs={self.epochs}.")
         if self.block_size < 2:
             raise ValueError(f"block_size must be >= 2 (position 0 is the anchor), got {self.block_size}.")
+        if not 0 <= self.distill_weight <= 1:
+            raise ValueError(f"distill_weight must be in [0, 1], got {self.distill_weight}.")
         if not 0 <= self.val_percent < 100:
             raise ValueError(f"val_percent must be in [0, 100), got {self.val_percent}.")
         check_choice("--save-dtype", self.save_dtype, DTYPES)

@@ -1,4 +1,5 @@
-"""Training curves of a drafter run: validation tau and first-position accuracy against time and data seen."""
+"""Training curves of a drafter run: validation tau against time, first-position accuracy and T=1 acceptance
+against data seen."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ def read_metrics(path: Path) -> list[dict]:
 
 def plot_training_curves(metrics_path: Path, out: Path) -> Path:
     """PNG with validation tau vs minutes (per block size, and per data source at the training block size), and
-    first-position accuracy vs sequences seen."""
+    first-position training accuracy and validation acceptance at T=1 vs sequences seen."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -36,8 +37,13 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
     if left.lines:  # no validation yet (a run stopped early)
         left.legend(fontsize=7)
     trained = [r for r in rows if "acc1" in r]  # step 0 of a warm start holds validation only
-    right.plot([r["sequences_seen"] for r in trained], [r["acc1"] for r in trained], alpha=0.4)
-    right.set(xlabel="sequences seen", ylabel="first-position accuracy", title="training accuracy")
+    right.plot([r["sequences_seen"] for r in trained], [r["acc1"] for r in trained], alpha=0.4, label="train accuracy")
+    for rule in ("sampled", "argmax"):
+        points = [(r["sequences_seen"], r[f"val_accept1_t1/{rule}"]) for r in rows if f"val_accept1_t1/{rule}" in r]
+        if points:
+            right.plot(*zip(*points, strict=True), marker="o", label=f"T=1 acceptance, {rule} drafts")
+    right.set(xlabel="sequences seen", ylabel="first position", title="accuracy and T=1 acceptance")
+    right.legend(fontsize=7)
     fig.tight_layout()
     fig.savefig(out, dpi=110)
     plt.close(fig)

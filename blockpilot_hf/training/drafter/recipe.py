@@ -28,7 +28,7 @@ from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
 from .blocks import build_blocks, decay_weights, sample_anchors
 from .config import DrafterTrainingConfig
-from .target_features import FeatureCache
+from .target_features import FeatureCache, TargetPass
 
 logger = logging.getLogger(__name__)
 
@@ -144,13 +144,16 @@ def pick_mask_token(target) -> int:
 
 
 def sequence_loss(
-    drafter, embed, head_weight, features, predictions, seq: TrainingSequence, cfg, weights, vocab_map, generator
+    drafter, embed, head_weight, target_out: TargetPass, seq: TrainingSequence, cfg, weights, vocab_map, generator
 ):
-    """Decay-weighted CE of one sequence's anchored blocks, plus first-position accuracy."""
+    """Decay-weighted loss of one sequence's anchored blocks, plus first-position accuracy. The loss mixes
+    cross-entropy to the target's argmax (hard labels) with cross-entropy to its top-k distribution (soft labels,
+    weight `cfg.distill_weight`)."""
     K = cfg.block_size
     anchors = sample_anchors(seq.response_start, len(seq.tokens), cfg.anchors_per_sequence, generator)
+    features = target_out.features
     tokens = seq.tokens.to(features.device)
-    batch = build_blocks(tokens, predictions, anchors, K, drafter.config.mask_token_id, seq.response_start)
+    batch = build_blocks(tokens, target_out.predictions, anchors, K, drafter.config.mask_token_id, seq.response_start)
     A = len(anchors)
     noise = embed(batch.block_ids)  # (A, K, H)
     hidden = drafter(
@@ -159,15 +162,41 @@ def sequence_loss(
     labels = (
         batch.labels if vocab_map is None else vocab_map[batch.labels.clamp_min(0)].masked_fill(batch.labels < 0, -100)
     )
-    logits = hidden @ head_weight.T  # (A, K-1, V')
-    ce = F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten(), ignore_index=-100, reduction="none").view(
-        A, K - 1
-    )
+    logprobs = torch.log_softmax((hidden @ head_weight.T).float(), dim=-1)  # (A, K-1, V')
+    loss_at = F.nll_loss(logprobs.flatten(0, 1), labels.flatten(), ignore_index=-100, reduction="none").view(A, K - 1)
+    if cfg.distill_weight:
+        positions = (batch.anchors[:, None] + torch.arange(1, K, device=tokens.device)).clamp(max=len(tokens) - 1)
+        loss_at = (1 - cfg.distill_weight) * loss_at + cfg.distill_weight * soft_label_loss(
+            logprobs, target_out.top_logprobs[positions], target_out.top_ids[positions], vocab_map
+        )
     w = weights[None, :] * (labels != -100)
-    loss = (ce * w).sum() / w.sum().clamp_min(1e-6)
+    loss = (loss_at * w).sum() / w.sum().clamp_min(1e-6)
     valid = labels[:, 0] != -100
-    acc = ((logits[:, 0].argmax(-1) == labels[:, 0]) & valid).sum() / valid.sum().clamp_min(1)
+    acc = ((logprobs[:, 0].argmax(-1) == labels[:, 0]) & valid).sum() / valid.sum().clamp_min(1)
     return loss, float(acc)
+
+
+def soft_label_loss(
+    logprobs: torch.Tensor, top_logprobs: torch.Tensor, top_ids: torch.Tensor, vocab_map: torch.Tensor | None
+) -> torch.Tensor:
+    """Cross-entropy (A, K-1) from the target's top-k distribution to the drafter's `logprobs` (A, K-1, V').
+    The target's tokens outside the drafter's vocabulary are dropped and the rest renormalised: the drafter can
+    only match the target where it can draft at all."""
+    if vocab_map is not None:
+        top_ids = vocab_map[top_ids.long()]
+        top_logprobs = top_logprobs.masked_fill(top_ids < 0, float("-inf"))
+    p = torch.softmax(top_logprobs.float(), dim=-1).nan_to_num(0.0)  # a row with no drafter token: all zero
+    return -(p * logprobs.gather(-1, top_ids.long().clamp_min(0))).sum(-1)
+
+
+def block_logits(drafter, embed, head: torch.Tensor, features, tokens, anchors, block_size: int, response_start: int):
+    """Draft logits (a, K-1, V') of blocks anchored at `anchors` (a,) on teacher-forced `features`, and their batch."""
+    batch = build_blocks(tokens, tokens, anchors, block_size, drafter.config.mask_token_id, response_start)
+    noise = embed(batch.block_ids)  # (a, K, H)
+    hidden = drafter(
+        noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
+    ).last_hidden_state
+    return hidden[:, 1:] @ head.T, batch
 
 
 @torch.no_grad()
@@ -177,17 +206,13 @@ def acceptance_lengths(
     """Acceptance lengths of greedy decoding replayed on one of the target's own answers (teacher-forced
     features): from the response start, each step accepts the drafts that equal the answer, plus one token.
     `head` (V', H) are the LM-head rows the drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
-    S, (features, _) = len(seq.tokens), cache.get(seq.id, seq.tokens[None])
+    S, features = len(seq.tokens), cache.get(seq.id, seq.tokens[None]).features
     tokens = seq.tokens.to(features.device)
     anchors = torch.arange(seq.response_start, S - 1, device=features.device)
     matched = torch.zeros(S, dtype=torch.long, device=features.device)
     for chunk in anchors.split(32):
-        batch = build_blocks(tokens, tokens, chunk, block_size, drafter.config.mask_token_id, seq.response_start)
-        noise = embed(batch.block_ids)  # (a, K, H)
-        hidden = drafter(
-            noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
-        ).last_hidden_state
-        best = (hidden[:, 1:] @ head.T).argmax(-1)  # (a, K-1)
+        logits, batch = block_logits(drafter, embed, head, features, tokens, chunk, block_size, seq.response_start)
+        best = logits.argmax(-1)  # (a, K-1)
         drafts = best if vocab_ids is None else vocab_ids[best]
         ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
         matched[chunk] = ok.sum(dim=1)
@@ -198,11 +223,35 @@ def acceptance_lengths(
     return lengths
 
 
+@torch.no_grad()
+def sampling_acceptance(
+    drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, cache: FeatureCache, seq, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Chance (per response token, teacher-forced) that the first draft of a block is accepted at T=1:
+    sum_x min(p, q) when drafts are sampled from the drafter's q (`draft_sampling=True`), and p(argmax q) for
+    the default argmax drafts. Both count only the target's top-k tokens, so they are lower bounds."""
+    out = cache.get(seq.id, seq.tokens[None])
+    tokens = seq.tokens.to(out.features.device)
+    anchors = torch.arange(seq.response_start, len(tokens) - 1, device=tokens.device)
+    logits, _ = block_logits(drafter, embed, head, out.features, tokens, anchors, block_size, seq.response_start)
+    q = torch.softmax(logits[:, 0].float(), dim=-1)  # (a, V')
+    p, ids = out.top_logprobs[anchors + 1].exp(), out.top_ids[anchors + 1].long()  # (a, k)
+    if vocab_ids is not None:  # token id -> row of the drafter's vocabulary (-1: not draftable)
+        row = torch.full((len(embed.weight),), -1, dtype=torch.long, device=tokens.device)
+        row[vocab_ids] = torch.arange(len(vocab_ids), device=tokens.device)
+        ids = row[ids]
+    q_at = q.gather(-1, ids.clamp_min(0)) * (ids >= 0)  # (a, k): q of the target's likeliest tokens
+    sampled = torch.minimum(p, q_at).sum(-1)
+    argmax = (p * (ids == q.argmax(-1, keepdim=True))).sum(-1)
+    return sampled, argmax
+
+
 def validation_taus(
     drafter, embed, head, vocab_ids, cache: FeatureCache, val_by_source: dict[str, list], sizes, per_source_size: int
 ) -> dict[str, float]:
-    """`val_tau_b{size}` over every validation answer for each size, and `val_tau_b{per_source_size}/{source}`
-    per data source (one replay per answer and size)."""
+    """`val_tau_b{size}` over every validation answer for each size, `val_tau_b{per_source_size}/{source}` per data
+    source (one replay per answer and size), and the first draft's acceptance at T=1 at `per_source_size`
+    (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`)."""
     record = {}
     for size in sorted(set(sizes)):
         by_source = {
@@ -212,6 +261,14 @@ def validation_taus(
         record[f"val_tau_b{size}"] = mean_acceptance_length([n for lengths in by_source.values() for n in lengths])
         if size == per_source_size:
             record.update({f"val_tau_b{size}/{s}": mean_acceptance_length(n) for s, n in by_source.items()})
+    pairs = [
+        sampling_acceptance(drafter, embed, head, vocab_ids, cache, seq, per_source_size)
+        for seqs in val_by_source.values()
+        for seq in seqs
+    ]
+    if pairs:
+        record["val_accept1_t1/sampled"] = float(torch.cat([s for s, _ in pairs]).mean())
+        record["val_accept1_t1/argmax"] = float(torch.cat([a for _, a in pairs]).mean())
     return record
 
 
@@ -284,10 +341,9 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         for j in range(cfg.sequences_per_step):
             idx = (step * cfg.sequences_per_step + j) * accelerator.num_processes + accelerator.process_index
             seq = train[order[idx % len(train)]]
-            features, predictions = cache.get(seq.id, seq.tokens[None])
             with accelerator.autocast():
                 loss, acc = sequence_loss(
-                    drafter, embed, head, features, predictions, seq, cfg, weights, vocab_map, generator
+                    drafter, embed, head, cache.get(seq.id, seq.tokens[None]), seq, cfg, weights, vocab_map, generator
                 )
             accelerator.backward(loss / cfg.sequences_per_step)
             losses.append(loss.item())
@@ -356,7 +412,8 @@ def write_training_card(
     metrics = read_metrics(metrics_path)
     plot_training_curves(metrics_path, folder / "training_curve.png")
     last = metrics[-1]
-    tau = {k: v for k, v in next((m for m in reversed(metrics) if "val_tau_b4" in m), {}).items() if "val_tau" in k}
+    validated = next((m for m in reversed(metrics) if "val_tau_b4" in m), {})
+    tau = {k: v for k, v in validated.items() if "val_tau" in k}
     summary = data_summary(train, [])
     per_source = ", ".join(f"{name} {e['response_tokens']:,}" for name, e in summary["per_source"].items())
     training = (
@@ -365,7 +422,7 @@ def write_training_card(
         "Ids and per-source counts are in `trained_on.json`; no evaluation- or policy-split prompt was used.\n"
         f"- Recipe: `blockpilot train-drafter` with the config in `training_config.json` "
         f"({cfg.num_layers} layers, block {cfg.block_size}, gamma {cfg.gamma}, {cfg.anchors_per_sequence} anchors per "
-        f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'}"
+        f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'}, soft-label weight {cfg.distill_weight}"
         f"{f', warm start from {cfg.init_from}' if cfg.init_from else ''})\n"
         f"- {last['step']} optimizer steps of {cfg.sequences_per_step} sequences in {last['minutes']:.0f} minutes on "
         f"{torch.get_num_threads()} CPU thread(s); final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
@@ -377,6 +434,12 @@ def write_training_card(
     table = "\n".join(
         ["| block size | data | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|---|"] + rows
     )
+    if "val_accept1_t1/sampled" in validated:
+        table += (
+            f"\n\nAt T=1 the first draft of a block is accepted with probability at least "
+            f"{validated['val_accept1_t1/sampled']:.3f} with `draft_sampling=True` and "
+            f"{validated['val_accept1_t1/argmax']:.3f} with argmax drafts (teacher-forced validation)."
+        )
     results = {k.replace("val_", "validation "): v for k, v in tau.items() if "/" not in k}
     write_drafter_card(
         drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target

@@ -18,6 +18,7 @@ from blockpilot_hf.training.drafter.recipe import (
     is_validation,
     load_sequences,
     make_drafter,
+    soft_label_loss,
     train_drafter,
     validation_split,
 )
@@ -56,7 +57,7 @@ def test_packed_training_forward_equals_decoding_drafts():
     target = tiny_target()
     drafter = tiny_drafter(target, block_size=4)
     tokens = random_prompt(3, 14)[0]
-    features, _ = target_pass(target, tokens[None], drafter.config.target_layer_ids)
+    features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
     anchors = torch.tensor([5, 9])
     batch = build_blocks(tokens, tokens, anchors, 4, MASK_ID, response_start=1)
     embed, head = target.get_input_embeddings(), target.get_output_embeddings()
@@ -105,6 +106,56 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_s
     # A rerun finds the finished checkpoint and does no more steps.
     train_drafter(cfg, Accelerator(cpu=True), target=target)
     assert len((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()) == steps
+
+
+def test_soft_label_loss_is_cross_entropy_to_the_renormalised_top_k():
+    logprobs = torch.log_softmax(torch.randn(2, 3, 10), dim=-1)
+    top_logprobs, top_ids = torch.log_softmax(torch.randn(2, 3, 10), dim=-1).topk(4, dim=-1)
+    p = torch.softmax(top_logprobs, dim=-1)  # the top 4 renormalised
+    want = -(p * logprobs.gather(-1, top_ids)).sum(-1)
+    torch.testing.assert_close(soft_label_loss(logprobs, top_logprobs, top_ids, None), want)
+
+
+def test_soft_label_loss_drops_tokens_the_drafter_cannot_draft():
+    """With a reduced drafting vocabulary, the target's mass on other tokens is dropped, the rest renormalised."""
+    vocab_map = torch.tensor([-100, 0, 1, -100, 2])  # token -> drafter row; tokens 0 and 3 are not draftable
+    logprobs = torch.log_softmax(torch.randn(1, 1, 3), dim=-1)
+    top_ids = torch.tensor([[[3, 1, 4]]])
+    top_logprobs = torch.log(torch.tensor([[[0.5, 0.3, 0.1]]]))
+    want = -(0.75 * logprobs[0, 0, 0] + 0.25 * logprobs[0, 0, 2])
+    torch.testing.assert_close(soft_label_loss(logprobs, top_logprobs, top_ids, vocab_map)[0, 0], want)
+    none_draftable = soft_label_loss(logprobs, top_logprobs, torch.tensor([[[0, 3, 0]]]), vocab_map)
+    assert none_draftable.item() == 0  # no label left: no loss, and no NaN
+
+
+def test_distillation_teaches_the_drafter_to_sample_like_the_target(tmp_path):
+    """Soft labels only (distill_weight=1): the first draft's T=1 acceptance with sampled drafts rises above
+    where the warm start left it, and stays a probability."""
+    target = tiny_target(dtype=torch.float32)
+    cfg = DrafterTrainingConfig(
+        data=[str(target_answers_file(tmp_path, target, n=10))],
+        out=str(tmp_path / "run"),
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        anchors_per_sequence=16,
+        lr=3e-3,
+        epochs=12,
+        sequences_per_step=2,
+        val_percent=30,
+        val_every=1000,
+        distill_weight=1.0,
+        mixed_precision="no",
+        save_dtype="float32",
+    )
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    start = DrafterTrainingConfig(**{**cfg.__dict__, "out": str(tmp_path / "start"), "epochs": 0.01})
+    train_drafter(start, Accelerator(cpu=True), target=target)  # one step: about the untrained drafter
+    before = json.loads((tmp_path / "start" / "metrics.jsonl").read_text().splitlines()[-1])
+    after = metrics[-1]
+    assert 0 <= before["val_accept1_t1/sampled"] < after["val_accept1_t1/sampled"] <= 1
+    assert 0 <= after["val_accept1_t1/argmax"] <= 1
 
 
 def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
