@@ -154,6 +154,23 @@ def target_answers_file(folder: Path, target, n: int = 6) -> Path:
     return path
 
 
+def tiny_training_config(data: Path, out: Path, **overrides):
+    """A `DrafterTrainingConfig` sized for tiny targets: one layer, block 4, float32, no validation unless asked."""
+    from .training.drafter.config import DrafterTrainingConfig
+
+    defaults = dict(
+        num_layers=1,
+        block_size=4,
+        mask_token_id=MASK_ID,
+        sequences_per_step=2,
+        val_percent=0,
+        val_every=1000,
+        mixed_precision="no",
+        save_dtype="float32",
+    )
+    return DrafterTrainingConfig(data=[str(data)], out=str(out), **{**defaults, **overrides})
+
+
 def plain_greedy(target, input_ids, max_new_tokens: int, **kwargs) -> torch.Tensor:
     return target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
 

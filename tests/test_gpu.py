@@ -12,15 +12,15 @@ from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.data import Prompt
 from blockpilot_hf.jsonl import read_rows
 from blockpilot_hf.testing_utils import (
-    MASK_ID,
     plain_greedy,
     random_prompt,
     target_answers_file,
     tiny_drafter,
     tiny_target,
     tiny_tokenizer,
+    tiny_training_config,
 )
-from blockpilot_hf.training.drafter.recipe import DrafterTrainingConfig, train_drafter
+from blockpilot_hf.training.drafter.recipe import train_drafter
 from blockpilot_hf.training.drafter.regenerate import regenerate
 
 pytestmark = [pytest.mark.gpu, pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -73,19 +73,16 @@ def test_drafter_training_and_regeneration_run_on_cuda(tmp_path):
     target = tiny_target(dtype=torch.float32, enabled=False).to("cuda")
     regenerate(target, tiny_tokenizer(), [Prompt("t", "t/0", ("ab", "cd"))], tmp_path / "chat.jsonl", 2, 5)
     assert len(read_rows(tmp_path / "chat.jsonl")) == 2
-    cfg = DrafterTrainingConfig(
-        data=[str(target_answers_file(tmp_path, target))],
-        out=str(tmp_path / "run"),
-        num_layers=1,
-        block_size=4,
-        mask_token_id=MASK_ID,
+    cfg = tiny_training_config(
+        target_answers_file(tmp_path, target),
+        tmp_path / "run",
         anchors_per_sequence=8,
         epochs=2,
-        sequences_per_step=2,
         val_percent=20,
         val_every=2,
         loss_vocab_size=32,
         mixed_precision="bf16",
+        save_dtype="bfloat16",
     )
     final = train_drafter(cfg, Accelerator(), target=target)
     metrics = read_rows(tmp_path / "run" / "metrics.jsonl")
