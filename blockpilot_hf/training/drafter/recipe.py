@@ -200,46 +200,44 @@ def block_logits(drafter, embed, head: torch.Tensor, features, tokens, anchors, 
 
 
 @torch.no_grad()
-def acceptance_lengths(
-    drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, cache: FeatureCache, seq, block_size: int
-) -> list[int]:
-    """Acceptance lengths of greedy decoding replayed on one of the target's own answers (teacher-forced
-    features): from the response start, each step accepts the drafts that equal the answer, plus one token.
-    `head` (V', H) are the LM-head rows the drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
-    S, features = len(seq.tokens), cache.get(seq.id, seq.tokens[None]).features
+def replay(
+    drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, target_out: TargetPass, seq, block_size: int
+) -> tuple[list[int], torch.Tensor]:
+    """Greedy decoding replayed on one of the target's own answers (teacher-forced features): the acceptance
+    lengths (from the response start, each step accepts the drafts that equal the answer, plus one token), and
+    the first draft's logits (S - 1 - response_start, V') at every anchor. `head` (V', H) are the LM-head rows the
+    drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
+    S, features = len(seq.tokens), target_out.features
     tokens = seq.tokens.to(features.device)
     anchors = torch.arange(seq.response_start, S - 1, device=features.device)
     matched = torch.zeros(S, dtype=torch.long, device=features.device)
+    first = []
     for chunk in anchors.split(32):
         logits, batch = block_logits(drafter, embed, head, features, tokens, chunk, block_size, seq.response_start)
         best = logits.argmax(-1)  # (a, K-1)
         drafts = best if vocab_ids is None else vocab_ids[best]
         ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
         matched[chunk] = ok.sum(dim=1)
+        first.append(logits[:, 0].float())
     matched_at, lengths, p = matched.tolist(), [], seq.response_start  # one device->host copy, not one per step
     while p < S - 1:
         lengths.append(matched_at[p] + 1)
         p += matched_at[p] + 1
-    return lengths
+    return lengths, torch.cat(first)
 
 
-@torch.no_grad()
-def sampling_acceptance(
-    drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, cache: FeatureCache, seq, block_size: int
+def first_draft_acceptance(
+    first_logits: torch.Tensor, target_out: TargetPass, seq, vocab_map: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Chance (per response token, teacher-forced) that the first draft of a block is accepted at T=1:
     sum_x min(p, q) when drafts are sampled from the drafter's q (`draft_sampling=True`), and p(argmax q) for
-    the default argmax drafts. Both count only the target's top-k tokens, so they are lower bounds."""
-    out = cache.get(seq.id, seq.tokens[None])
-    tokens = seq.tokens.to(out.features.device)
-    anchors = torch.arange(seq.response_start, len(tokens) - 1, device=tokens.device)
-    logits, _ = block_logits(drafter, embed, head, out.features, tokens, anchors, block_size, seq.response_start)
-    q = torch.softmax(logits[:, 0].float(), dim=-1)  # (a, V')
-    p, ids = out.top_logprobs[anchors + 1].exp(), out.top_ids[anchors + 1].long()  # (a, k)
-    if vocab_ids is not None:  # token id -> row of the drafter's vocabulary (-1: not draftable)
-        row = torch.full((len(embed.weight),), -1, dtype=torch.long, device=tokens.device)
-        row[vocab_ids] = torch.arange(len(vocab_ids), device=tokens.device)
-        ids = row[ids]
+    the default argmax drafts. Both count only the target's top-k tokens, so they are lower bounds.
+    `first_logits` come from `replay`; `vocab_map` maps token ids to drafter rows (-100: not draftable)."""
+    targets = torch.arange(seq.response_start + 1, len(seq.tokens), device=first_logits.device)
+    q = torch.softmax(first_logits, dim=-1)  # (a, V')
+    p, ids = target_out.top_logprobs[targets].exp(), target_out.top_ids[targets].long()  # (a, k)
+    if vocab_map is not None:
+        ids = vocab_map[ids]
     q_at = q.gather(-1, ids.clamp_min(0)) * (ids >= 0)  # (a, k): q of the target's likeliest tokens
     sampled = torch.minimum(p, q_at).sum(-1)
     argmax = (p * (ids == q.argmax(-1, keepdim=True))).sum(-1)
@@ -247,28 +245,37 @@ def sampling_acceptance(
 
 
 def validation_taus(
-    drafter, embed, head, vocab_ids, cache: FeatureCache, val_by_source: dict[str, list], sizes, per_source_size: int
+    drafter,
+    embed,
+    head,
+    vocab_ids,
+    vocab_map,
+    cache: FeatureCache,
+    val_by_source: dict[str, list],
+    sizes,
+    per_size: int,
 ) -> dict[str, float]:
-    """`val_tau_b{size}` over every validation answer for each size, `val_tau_b{per_source_size}/{source}` per data
-    source (one replay per answer and size), and the first draft's acceptance at T=1 at `per_source_size`
-    (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`)."""
+    """`val_tau_b{size}` over every validation answer for each size, `val_tau_b{per_size}/{source}` per data source,
+    and the first draft's acceptance at T=1 at `per_size` (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`):
+    one replay per answer and size, one cache read per answer."""
+    lengths: dict[int, dict[str, list[int]]] = {size: {} for size in sorted(set(sizes))}
+    accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for source, seqs in val_by_source.items():
+        for seq in seqs:
+            target_out = cache.get(seq.id, seq.tokens[None])
+            for size, by_source in lengths.items():
+                steps, first_logits = replay(drafter, embed, head, vocab_ids, target_out, seq, size)
+                by_source.setdefault(source, []).extend(steps)
+                if size == per_size:
+                    accepted.append(first_draft_acceptance(first_logits, target_out, seq, vocab_map))
     record = {}
-    for size in sorted(set(sizes)):
-        by_source = {
-            source: [n for seq in seqs for n in acceptance_lengths(drafter, embed, head, vocab_ids, cache, seq, size)]
-            for source, seqs in val_by_source.items()
-        }
-        record[f"val_tau_b{size}"] = mean_acceptance_length([n for lengths in by_source.values() for n in lengths])
-        if size == per_source_size:
+    for size, by_source in lengths.items():
+        record[f"val_tau_b{size}"] = mean_acceptance_length([n for steps in by_source.values() for n in steps])
+        if size == per_size:
             record.update({f"val_tau_b{size}/{s}": mean_acceptance_length(n) for s, n in by_source.items()})
-    pairs = [
-        sampling_acceptance(drafter, embed, head, vocab_ids, cache, seq, per_source_size)
-        for seqs in val_by_source.values()
-        for seq in seqs
-    ]
-    if pairs:
-        record["val_accept1_t1/sampled"] = float(torch.cat([s for s, _ in pairs]).mean())
-        record["val_accept1_t1/argmax"] = float(torch.cat([a for _, a in pairs]).mean())
+    if accepted:
+        record["val_accept1_t1/sampled"] = float(torch.cat([s for s, _ in accepted]).mean())
+        record["val_accept1_t1/argmax"] = float(torch.cat([a for _, a in accepted]).mean())
     return record
 
 
@@ -328,7 +335,8 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     def validate() -> dict[str, float]:
         drafter.eval()
         model = accelerator.unwrap_model(drafter)
-        return validation_taus(model, embed, head, keep, cache, val_by_source, (4, 8, cfg.block_size), cfg.block_size)
+        sizes = (4, 8, cfg.block_size)
+        return validation_taus(model, embed, head, keep, vocab_map, cache, val_by_source, sizes, cfg.block_size)
 
     if state["step"] == 0 and cfg.init_from:  # the warm start's own tau, so the curve shows what training added
         record = {"step": 0, "minutes": 0.0, "sequences_seen": 0, **validate()}
