@@ -101,6 +101,21 @@ def resolve_drafter(name_or_path: str | os.PathLike) -> Path:
     return resolve_folder(name_or_path, "DFlash drafter", (CONFIG_NAME,))
 
 
+def load_policy(name_or_path: str | os.PathLike, device: str = "cpu"):
+    """A `BlockPolicy` named on the command line: 'embedded' is the shipped one, anything else a folder or a Hub id."""
+    from .constants import POLICY_CONFIG_NAME
+    from .policy import BlockPolicy
+
+    if str(name_or_path) == EMBEDDED:
+        if not (EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME).is_file():
+            raise FileNotFoundError(
+                f"the embedded policy is missing: {EMBEDDED_POLICY_DIR} has no {POLICY_CONFIG_NAME}; name a policy "
+                "folder or Hub id instead."
+            )
+        name_or_path = EMBEDDED_POLICY_DIR
+    return BlockPolicy.from_pretrained(name_or_path, device=device)
+
+
 def load_embedded(dtype=None):
     """Return (target, tokenizer, drafter, policy) of the embedded default, with the target `enable`d."""
     from .drafter import DFlashDrafter

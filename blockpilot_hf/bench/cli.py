@@ -13,7 +13,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..cli_args import Command, checked, command_line
-from ..constants import EMBEDDED
 from .config import BenchConfig
 
 
@@ -22,7 +21,7 @@ def load_models(config: BenchConfig):
     import torch
 
     from ..drafter import DFlashDrafter
-    from ..embedded import load_target, resolve_device, resolve_drafter
+    from ..embedded import load_policy, load_target, resolve_device, resolve_drafter
     from ..generation import enable
     from .harness import BenchModels
 
@@ -33,26 +32,8 @@ def load_models(config: BenchConfig):
     if config.attn_implementation:
         target.set_attn_implementation(config.attn_implementation)
     drafter = DFlashDrafter.from_pretrained(drafter_path, dtype=target.dtype)
-    return BenchModels(
-        enable(target.to(device)), tokenizer, drafter.to(device).eval(), load_policy(config.policy, device)
-    )
-
-
-def load_policy(name: str, device):
-    """A `BlockPolicy` from a folder / Hub id, the shipped one for 'embedded', or None for 'none'."""
-    if name.lower() == "none":
-        return None
-    from ..constants import EMBEDDED_POLICY_DIR, POLICY_CONFIG_NAME
-    from ..policy import BlockPolicy
-
-    if name == EMBEDDED:
-        if not (EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME).is_file():
-            raise FileNotFoundError(
-                f"the embedded policy is missing: {EMBEDDED_POLICY_DIR} has no {POLICY_CONFIG_NAME}; pass "
-                "--policy DIR, or --policy none to benchmark without the BlockPilot arm."
-            )
-        name = str(EMBEDDED_POLICY_DIR)
-    return BlockPolicy.from_pretrained(name, device=str(device))
+    policy = None if config.policy.lower() == "none" else load_policy(config.policy, str(device))
+    return BenchModels(enable(target.to(device)), tokenizer, drafter.to(device).eval(), policy)
 
 
 def load_bench_prompts(config: BenchConfig):

@@ -26,6 +26,7 @@ from ...data import chat_id
 from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
+from ..replay import draft_matches, walk
 from .blocks import build_blocks, decay_weights, sample_anchors
 from .config import DrafterTrainingConfig
 from .target_features import FeatureCache, TargetPass
@@ -189,16 +190,6 @@ def soft_label_loss(
     return -(p * logprobs.gather(-1, top_ids.long().clamp_min(0))).sum(-1)
 
 
-def block_logits(drafter, embed, head: torch.Tensor, features, tokens, anchors, block_size: int, response_start: int):
-    """Draft logits (a, K-1, V') of blocks anchored at `anchors` (a,) on teacher-forced `features`, and their batch."""
-    batch = build_blocks(tokens, tokens, anchors, block_size, drafter.config.mask_token_id, response_start)
-    noise = embed(batch.block_ids)  # (a, K, H)
-    hidden = drafter(
-        noise, features[None].to(noise.dtype), position_ids=batch.position_ids, attention_mask=batch.attention_mask
-    ).last_hidden_state
-    return hidden[:, 1:] @ head.T, batch
-
-
 @torch.no_grad()
 def replay(
     drafter, embed, head: torch.Tensor, vocab_ids: torch.Tensor | None, target_out: TargetPass, seq, block_size: int
@@ -207,23 +198,12 @@ def replay(
     lengths (from the response start, each step accepts the drafts that equal the answer, plus one token), and
     the first draft's logits (S - 1 - response_start, V') at every anchor. `head` (V', H) are the LM-head rows the
     drafter drafts from, `vocab_ids` (V',) their token ids (None: all)."""
-    S, features = len(seq.tokens), target_out.features
+    features = target_out.features
     tokens = seq.tokens.to(features.device)
-    anchors = torch.arange(seq.response_start, S - 1, device=features.device)
-    matched = torch.zeros(S, dtype=torch.long, device=features.device)
-    first = []
-    for chunk in anchors.split(32):
-        logits, batch = block_logits(drafter, embed, head, features, tokens, chunk, block_size, seq.response_start)
-        best = logits.argmax(-1)  # (a, K-1)
-        drafts = best if vocab_ids is None else vocab_ids[best]
-        ok = (drafts == batch.labels).long().cumprod(dim=1)  # labels are -100 past the end: never equal
-        matched[chunk] = ok.sum(dim=1)
-        first.append(logits[:, 0].float())
-    matched_at, lengths, p = matched.tolist(), [], seq.response_start  # one device->host copy, not one per step
-    while p < S - 1:
-        lengths.append(matched_at[p] + 1)
-        p += matched_at[p] + 1
-    return lengths, torch.cat(first)
+    anchors = torch.arange(seq.response_start, len(tokens) - 1, device=features.device)
+    matched, first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, block_size)
+    matched_at = matched.tolist()  # one device->host copy, not one per step
+    return walk(seq.response_start, len(tokens), lambda p: matched_at[p - seq.response_start]), first
 
 
 def first_draft_acceptance(

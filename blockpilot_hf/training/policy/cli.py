@@ -15,7 +15,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from ...cli_args import Command, checked, command_line
+from ...cli_args import Command, UsageError, checked, command_line
 from .config import (
     CalibrateConfig,
     CollectConfig,
@@ -76,7 +76,12 @@ def run_collect(job: CollectJob, config: CollectConfig) -> None:
 def run_train(job: TrainPolicyJob, config: FitConfig) -> None:
     from .fit import train_policy
 
-    policy = train_policy(Path(job.collect_dir), Path(job.out), config)
+    cost = None
+    if job.cost_from:
+        from ...embedded import load_policy
+
+        cost = checked("--cost-from", load_policy, job.cost_from).config.cost
+    policy = train_policy(Path(job.collect_dir), Path(job.out), config, cost)
     print(f"wrote {job.out} ({policy.num_parameters():,} parameters)")
     for r in policy.config.results:
         print(f"  {r.name}: {r.value:.4g}")
@@ -92,6 +97,11 @@ def run_evaluate(config: EvaluatePolicyConfig) -> None:
 def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitConfig) -> None:
     from .make import make_policy, read_card_template
 
+    if collect_config.replay:
+        raise UsageError(
+            "make-policy prices candidates with the times it measures: run it without --replay, or run "
+            "`blockpilot collect --replay` then `blockpilot train-policy --cost-from POLICY`."
+        )
     if job.card_template:  # a bad template fails before any model loads
         checked("--card-template", lambda path: read_card_template(Path(path)), job.card_template)
     command = command_line("make-policy", job, collect_config, fit)

@@ -27,6 +27,8 @@ from ...drafter import DFlashDrafter
 from ...generation import enable
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
+from ..drafter.target_features import target_pass
+from ..replay import draft_matches, replay_shape
 from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_writer
 from .config import CollectConfig
 
@@ -71,14 +73,18 @@ def greedy_answer(target, tokenizer, max_new_tokens: int) -> Answer:
     return answer
 
 
+def plain_greedy(target, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[torch.Tensor, float]:
+    """Plain greedy `generate` (1, T+N) and its seconds: the reference every candidate is checked or replayed on."""
+    start = device_clock(target.device)
+    with torch.inference_mode():
+        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+    return plain, device_clock(target.device) - start
+
+
 def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
     """Plain greedy once, then one run per block size and shape; each is checked token for token against plain."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
-    gen = dict(max_new_tokens=config.max_new_tokens, do_sample=False)
-    start = device_clock(target.device)
-    with torch.inference_mode():
-        plain = target.generate(input_ids=input_ids, **gen)
-    plain_time = device_clock(target.device) - start
+    plain, plain_time = plain_greedy(target, input_ids, config.max_new_tokens)
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     spec = spec_for(target, model, config.top_k)
     features: PrefillFeatures | None = None
@@ -91,7 +97,8 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
                 assistant_model=model,
                 block_policy=recorder,
                 return_dict_in_generate=True,
-                **gen,
+                max_new_tokens=config.max_new_tokens,
+                do_sample=False,
             )
         features = features or recorder.features
         stats = out.blockpilot
@@ -110,11 +117,65 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
                 "" if shape.is_chain else str(shape),
             )
         )
+    return _record(item, plain, plain_time, features, runs)
+
+
+def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
+    """Plain greedy once, then every candidate's steps replayed on that answer (`training.replay`) instead of
+    decoded: one target pass in all rather than one per step and candidate. Runs carry no timings."""
+    input_ids = torch.tensor([item.input_ids], device=target.device)
+    plain, plain_time = plain_greedy(target, input_ids, config.max_new_tokens)
+    model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
+    recorder = _FeatureRecorder(DraftShape(1), spec_for(target, model, config.top_k))
+    with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
+        target.generate(input_ids=input_ids, assistant_model=model, block_policy=recorder, max_new_tokens=1)
+    start, tokens = input_ids.shape[1], plain[0]
+    matches = chain_matcher(target, model, tokens, start)
+    max_length = start + config.max_new_tokens
+    runs = [
+        SizeRun(
+            shape.block_size,
+            replay_shape(shape, tokens, start, max_length, matches),
+            len(tokens) - start,
+            0.0,
+            0.0,
+            0.0,
+            True,  # by construction: the replay walks the plain greedy output
+            "" if shape.is_chain else str(shape),
+        )
+        for shape in config.candidates
+    ]
+    return _record(item, plain, plain_time, recorder.features, runs)
+
+
+def chain_matcher(target, drafter: DFlashDrafter, tokens: torch.Tensor, start: int) -> Callable[[int, int], int]:
+    """`matches(p, k)`: how many argmax drafts of a block of k anchored at position p (>= `start`) equal `tokens`
+    (S,), from one teacher-forced target pass; each block size costs one batched drafter pass, when first asked."""
+    with torch.inference_mode():
+        features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    vocab_ids = drafter.draft_vocab_ids
+    if vocab_ids is not None:
+        head = head[vocab_ids.to(head.device)]
+    anchors = torch.arange(start, len(tokens) - 1, device=tokens.device)
+    by_size: dict[int, list[int]] = {}
+
+    def matches(p: int, k: int) -> int:
+        if k not in by_size:
+            with torch.inference_mode():
+                matched = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, k)[0]
+            by_size[k] = matched.tolist()
+        return by_size[k][p - start]
+
+    return matches
+
+
+def _record(item: CollectItem, plain: torch.Tensor, plain_time: float, features, runs: list[SizeRun]) -> PromptRecord:
     return PromptRecord(
         item.prompt_id,
         item.source,
         len(item.input_ids),
-        plain.shape[1] - input_ids.shape[1],
+        plain.shape[1] - len(item.input_ids),
         plain_time,
         features.to_list(),
         runs,
@@ -135,6 +196,7 @@ def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectM
         training_block_size=drafter.config.block_size,
         top_k=config.top_k,
         device=device_name(target.device),
+        replayed=config.replay,
     )
 
 
@@ -188,7 +250,7 @@ def collect(
             disable=not state.is_local_main_process,
         )
         for item in bar:
-            record = collect_prompt(target, drafter, item, config)
+            record = (replay_prompt if config.replay else collect_prompt)(target, drafter, item, config)
             shard.append(record)  # one line per prompt, flushed before the next starts
             new.append(record)
             bar.set_postfix(tau_max=f"{max(r.tau for r in record.runs):.2f}")

@@ -14,6 +14,8 @@ from ...decoding.shape import DraftShape
 from ...decoding.stats import mean_acceptance_length, tokens_per_second
 from ...jsonfile import from_dict, load_json, save_json
 from ...jsonl import JsonlWriter, read_rows
+from ...policy.config import CostModel
+from ...policy.cost import cost_from_steps
 
 logger = logging.getLogger(__name__)
 
@@ -110,6 +112,7 @@ class CollectMeta:
     device: str
     temperature: float = 0.0
     shapes: list[str] = field(default_factory=list)  # tree / lookup shapes run besides the block sizes
+    replayed: bool = False  # runs replayed on the greedy answer (`collect --replay`): acceptance only, no timings
 
     @property
     def candidates(self) -> list[DraftShape]:
@@ -156,6 +159,19 @@ def read_records(folder: Path) -> tuple[CollectMeta, list[PromptRecord]]:
 def shard_writer(folder: Path, process_index: int) -> JsonlWriter:
     """Appends `PromptRecord`s to this process's shard, one flushed line each (see `jsonl` for the crash rule)."""
     return JsonlWriter(shard_path(folder, process_index), PromptRecord.from_row)
+
+
+def collected_cost(
+    meta: CollectMeta, records: list[PromptRecord], folder: str | Path = "the collect folder"
+) -> CostModel:
+    """The cost model of the folder's own timed runs; a replayed folder has none, so refuse with what to pass."""
+    if meta.replayed:
+        raise ValueError(
+            f"{folder} was collected with --replay: its runs carry no timings to price block sizes with. Pass a cost "
+            "model: `blockpilot train-policy ... --cost-from POLICY` (a policy folder for this target and drafter "
+            "architecture, or 'embedded')."
+        )
+    return cost_from_steps(step_seconds_by_candidate(records), meta.device, "collected")
 
 
 def step_seconds_by_candidate(records: list[PromptRecord]) -> dict[DraftShape, list[float]]:

@@ -31,6 +31,13 @@ class CollectConfig:
     )
     max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt and block size"})
     top_k: int = field(default=8, metadata={"help": "top-k log-probs among the logit features"})
+    replay: bool = field(
+        default=False,
+        metadata={
+            "help": "replay every candidate on the plain greedy answer instead of decoding with it: same acceptance, "
+            "several times faster, no timings (train-policy then needs --cost-from); chains and lookup shapes only"
+        },
+    )
 
     def __post_init__(self) -> None:
         self.block_sizes = sorted({1, *map(int, self.block_sizes)})
@@ -42,6 +49,11 @@ class CollectConfig:
                 f"--shapes {self.shapes}: plain block sizes belong in --block-sizes; a shape adds +treeN and/or +lookupK."
             )
         self.shapes = [str(s) for s in shapes]
+        trees = [str(s) for s in shapes if s.tree_budget]
+        if self.replay and trees:
+            raise ValueError(
+                f"--replay replays chains and prompt lookup only; decode the tree shapes {trees} (drop --replay)."
+            )
 
     @property
     def candidates(self) -> list[DraftShape]:
@@ -132,6 +144,13 @@ class TrainPolicyJob:
 
     collect_dir: str = field(metadata={"help": "collect folder written by `blockpilot collect`"})
     out: str = field(metadata={"help": "policy folder to write"})
+    cost_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "policy folder, Hub id or 'embedded' whose step-cost model prices the candidates (needed for a "
+            "folder collected with --replay); unset = the collect folder's own timings"
+        },
+    )
 
 
 @dataclass(kw_only=True)

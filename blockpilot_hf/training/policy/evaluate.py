@@ -206,7 +206,7 @@ def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | Non
     policy = BlockPolicy.from_pretrained(policy_dir)
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
-    report = evaluate_records(policy, records)
+    report = evaluate_records(policy, records, cost=policy.config.cost if meta.replayed else None)
     if plots is not None:
         make_plots(policy, records, report, Path(plots))
     return report

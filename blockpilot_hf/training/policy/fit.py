@@ -21,10 +21,9 @@ from ...data import chat_id
 from ...decoding.shape import DraftShape
 from ...policy.baselines import best_fixed_size
 from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
-from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures, stack_features
 from ...policy.head import BlockPolicy
-from .collected import CollectMeta, PromptRecord, read_records, step_seconds_by_candidate
+from .collected import CollectMeta, PromptRecord, collected_cost, read_records
 from .config import FitConfig
 
 if TYPE_CHECKING:
@@ -108,7 +107,7 @@ def fit_policy(
                 f"prompt {r.prompt_id} lacks runs with {', '.join(map(str, sorted(missing)))}; the collect folder is "
                 "inconsistent."
             )
-    cost = cost or cost_from_steps(step_seconds_by_candidate(records), meta.device, "collected")
+    cost = cost or collected_cost(meta, records)
     best = best_fixed_size([r.chain_taus() for r in records], cost, config.choice)
     torch.manual_seed(config.seed)
     policy = BlockPolicy(policy_config(meta, config, cost, best))

@@ -1,0 +1,107 @@
+"""Replayed acceptance equals decoded acceptance: `collect --replay` labels policy prompts with exactly the steps
+decoding with each candidate records, and a replayed folder is never priced with timings it does not have."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from blockpilot_hf.decoding.shape import DraftShape
+from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt, synthetic_items
+from blockpilot_hf.training.drafter.target_features import target_pass
+from blockpilot_hf.training.policy.collect import CollectItem, collect, collect_prompt, replay_prompt
+from blockpilot_hf.training.policy.collected import read_records
+from blockpilot_hf.training.policy.config import CollectConfig, FitConfig
+from blockpilot_hf.training.policy.fit import fit_policy
+from blockpilot_hf.training.replay import block_logits, replay_shape, walk
+
+pytestmark = pytest.mark.usefixtures("private_cost_cache")
+
+CANDIDATES = dict(block_sizes=[2, 4, 8], shapes=["1+lookup7", "4+lookup4", "8+lookup7"])
+
+
+def taught_drafter(target, drafter, input_ids: torch.Tensor, max_new_tokens: int, steps: int = 40):
+    """A copy of the random drafter fitted for a few steps to the greedy answer: it then drafts 1-7 tokens right
+    per block, depending on the context it reads (so a replay with misaligned context would show)."""
+    tokens = plain_greedy(target, input_ids, max_new_tokens)[0]
+    features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
+    anchors = torch.arange(input_ids.shape[1], len(tokens) - 1)
+    taught = copy.deepcopy(drafter).train()
+    optimizer = torch.optim.Adam(taught.parameters(), lr=3e-3)
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    for _ in range(steps):
+        logits, batch = block_logits(taught, embed, head, features, tokens, anchors, 8)
+        loss = F.cross_entropy(logits.flatten(0, 1), batch.labels.flatten(), ignore_index=-100)
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return taught.eval()
+
+
+@pytest.mark.parametrize(
+    "prompt, max_new_tokens",
+    [(random_prompt(5, 12), 40), (repetitive_prompt(2, chunk=5, repeats=3), 37)],
+    ids=["random", "repetitive"],
+)
+def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
+    """Every chain and lookup shape, up to the length limit (where blocks shrink): same steps, same features."""
+    target, drafter = greedy_pair()
+    drafter = taught_drafter(target, drafter, prompt, max_new_tokens)
+    config = CollectConfig(max_new_tokens=max_new_tokens, **CANDIDATES)
+    item = CollectItem("p", "syn", prompt[0].tolist())
+    decoded = collect_prompt(target, drafter, item, config)
+    replayed = replay_prompt(target, drafter, item, config)
+    assert all(run.matches_greedy for run in decoded.runs)
+    assert replayed.features == decoded.features
+    assert replayed.plain_new_tokens == decoded.plain_new_tokens == max_new_tokens
+    for want, got in zip(decoded.runs, replayed.runs, strict=True):
+        assert got.candidate == want.candidate
+        assert got.acceptance_lengths == want.acceptance_lengths, str(want.candidate)
+        assert got.new_tokens == want.new_tokens and got.total_time == 0.0
+    # Not vacuous: the drafter's chains and the copies both get drafts accepted.
+    assert decoded.run(8).tau > 2.0 and decoded.run(DraftShape.parse("1+lookup7")).tau > 1.2
+
+
+def test_walk_and_lookup_rules():
+    """Hand-checked walks: a step at p commits its accepted drafts + 1; a copy wins over the chain; no drafts
+    once one token of room is left."""
+    assert walk(0, 7, lambda p: 2) == [3, 3]
+    assert walk(3, 4, lambda p: 5) == []  # the first generated token is the last one: no step
+    tokens = torch.tensor([1, 2, 3, 1, 2, 3, 1, 2, 9])
+    lookup = DraftShape.parse("1+lookup3")
+    # From the second '1' (start=3): '1' occurred before, copy what followed it, [2, 3, 1]: all right -> 4; at p=7
+    # one token of room is left (max_length 9): no drafts -> 1.
+    assert replay_shape(lookup, tokens, 3, 9, lambda p, k: 0) == [4, 1]
+    chain = DraftShape.parse("4")
+    asked = []
+    lengths = replay_shape(chain, tokens, 0, 9, lambda p, k: asked.append((p, k)) or k - 1)
+    assert lengths == [4, 4] and asked == [(0, 4), (4, 4)]  # then p = 8 is the end
+    asked.clear()
+    assert replay_shape(chain, tokens, 2, 9, lambda p, k: asked.append((p, k)) or 0) == [1] * 6
+    assert asked == [(2, 4), (3, 4), (4, 4), (5, 3), (6, 2)]  # blocks shrink to the room; none at room 1
+    with pytest.raises(ValueError, match="trees are not replayed"):
+        replay_shape(DraftShape.parse("4+tree8"), tokens, 0, 9, lambda p, k: 0)
+
+
+def test_a_replayed_folder_needs_a_cost_model(tmp_path):
+    """Replayed runs have no timings: fitting asks for a cost model by name, and uses one given to it."""
+    from blockpilot_hf.testing_utils import SYNTHETIC_COST
+
+    target, drafter = greedy_pair()
+    config = CollectConfig(max_new_tokens=8, block_sizes=[2, 4], replay=True)
+    collect(target, drafter, synthetic_items(3, seed=1), tmp_path, config)
+    meta, records = read_records(tmp_path)
+    assert meta.replayed and len(records) == 3
+    assert all(run.total_time == 0.0 for r in records for run in r.runs)
+    with pytest.raises(ValueError, match=r"collected with --replay.*--cost-from"):
+        fit_policy(meta, records, FitConfig(epochs=2))
+    policy = fit_policy(meta, records, FitConfig(epochs=2), SYNTHETIC_COST)
+    assert policy.config.cost == SYNTHETIC_COST
+
+
+def test_replay_refuses_tree_shapes():
+    with pytest.raises(ValueError, match=r"--replay replays chains and prompt lookup only.*8\+tree16"):
+        CollectConfig(shapes=["8+tree16", "1+lookup4"], replay=True)
