@@ -33,3 +33,17 @@ def test_shipped_drafter_matches_smollm2_and_records_its_training_data():
     trained = {i.removeprefix("text/") for i in trained_on["train_ids"]}
     assert len(trained) >= 900 and not (trained & eval_ids)
     assert (EMBEDDED_DRAFTER_DIR / "model.safetensors").stat().st_size < 40e6
+
+
+def test_load_policy_names_the_shipped_one_and_a_missing_one(monkeypatch, tmp_path):
+    """'embedded' is the shipped policy wherever a command takes a policy (bench --policy, train-policy
+    --cost-from); a missing asset is named, not a Hub lookup of the word 'embedded'."""
+    from blockpilot_hf import embedded
+    from blockpilot_hf.constants import EMBEDDED_POLICY_DIR
+    from blockpilot_hf.policy import BlockPolicy
+
+    shipped = embedded.load_policy("embedded")
+    assert shipped.config == BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR).config
+    monkeypatch.setattr(embedded, "EMBEDDED_POLICY_DIR", tmp_path / "nowhere")
+    with pytest.raises(FileNotFoundError, match="the embedded policy is missing: .*nowhere"):
+        embedded.load_policy("embedded")

@@ -6,7 +6,9 @@ r"""`blockpilot collect`: decode each prompt at every candidate block size and d
     torchrun --nproc_per_node 2 -m blockpilot_hf.cli collect ...                     # the same (CPU: gloo)
 
 Per prompt: one plain greedy `generate` (the reference output and time), then one run per candidate through
-`generate(block_policy=...)`, whose chooser also records the prefill features the policy will learn from.
+`generate(block_policy=...)`, whose chooser also records the prefill features the policy will learn from. With
+`--replay` the candidates' steps are replayed on the reference instead of decoded (`training/replay.py`): the
+same acceptance lengths, without timings.
 Each finished prompt is one appended JSON line, so a crash loses at most the prompt in flight; rerunning skips
 the prompts already in any shard.
 """
