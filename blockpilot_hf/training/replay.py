@@ -80,7 +80,9 @@ def replay_shape(
 
     As the engine does: a step copies up to `lookup_tokens` tokens when the text's last n-gram recurred, else
     drafts a chain of min(block size, room) tokens (`chain_matches(p, k)`: matching drafts of a block of k at p).
-    Trees are not replayed (their acceptance depends on the drafter's whole distribution: decode them)."""
+    Trees are not replayed (their acceptance depends on the drafter's whole distribution: decode them). Drafts
+    past the answer's end never match, so a last step cut short by EOS may count fewer accepted drafts than
+    decoding, which also counts drafts the target would have accepted after EOS."""
     if shape.tree_budget:
         raise ValueError(f"Draft shape {shape}: trees are not replayed; collect them without --replay.")
 
