@@ -4,6 +4,7 @@ decoding with each candidate records, and a replayed folder is never priced with
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import pytest
 import torch
@@ -87,19 +88,22 @@ def test_walk_and_lookup_rules():
 
 
 def test_a_replayed_folder_needs_a_cost_model(tmp_path):
-    """Replayed runs have no timings: fitting asks for a cost model by name, and uses one given to it."""
+    """Replayed runs have no timings: fitting asks for a cost model by name, refuses one that cannot price every
+    shape, and uses one that can."""
     from blockpilot_hf.testing_utils import SYNTHETIC_COST
 
     target, drafter = greedy_pair()
-    config = CollectConfig(max_new_tokens=8, block_sizes=[2, 4], replay=True)
+    config = CollectConfig(max_new_tokens=8, block_sizes=[2, 4], shapes=["4+lookup4"], replay=True)
     collect(target, drafter, synthetic_items(3, seed=1), tmp_path, config)
     meta, records = read_records(tmp_path)
     assert meta.replayed and len(records) == 3
     assert all(run.total_time == 0.0 for r in records for run in r.runs)
-    with pytest.raises(ValueError, match=r"collected with --replay.*--cost-from"):
+    with pytest.raises(ValueError, match=r"made with --replay.*--cost-from"):
         fit_policy(meta, records, FitConfig(epochs=2))
-    policy = fit_policy(meta, records, FitConfig(epochs=2), SYNTHETIC_COST)
-    assert policy.config.cost == SYNTHETIC_COST
+    with pytest.raises(ValueError, match=r"no step cost for 4\+lookup4: take it from a policy"):
+        fit_policy(meta, records, FitConfig(epochs=2), SYNTHETIC_COST)
+    cost = dataclasses.replace(SYNTHETIC_COST, shapes={"4+lookup4": 1.2e-3})
+    assert fit_policy(meta, records, FitConfig(epochs=2), cost).config.cost == cost
 
 
 def test_replay_refuses_tree_shapes():

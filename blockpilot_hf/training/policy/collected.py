@@ -161,15 +161,13 @@ def shard_writer(folder: Path, process_index: int) -> JsonlWriter:
     return JsonlWriter(shard_path(folder, process_index), PromptRecord.from_row)
 
 
-def collected_cost(
-    meta: CollectMeta, records: list[PromptRecord], folder: str | Path = "the collect folder"
-) -> CostModel:
-    """The cost model of the folder's own timed runs; a replayed folder has none, so refuse with what to pass."""
+def collected_cost(meta: CollectMeta, records: list[PromptRecord]) -> CostModel:
+    """The cost model of a collect folder's own timed runs; a replayed folder has none, so refuse with what to pass."""
     if meta.replayed:
         raise ValueError(
-            f"{folder} was collected with --replay: its runs carry no timings to price block sizes with. Pass a cost "
-            "model: `blockpilot train-policy ... --cost-from POLICY` (a policy folder for this target and drafter "
-            "architecture, or 'embedded')."
+            "This collect folder was made with --replay: its runs carry no timings to price block sizes with. Pass a "
+            "cost model: `blockpilot train-policy ... --cost-from POLICY` (a policy folder for this target and "
+            "drafter architecture, or 'embedded')."
         )
     return cost_from_steps(step_seconds_by_candidate(records), meta.device, "collected")
 

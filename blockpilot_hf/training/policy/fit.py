@@ -108,6 +108,12 @@ def fit_policy(
                 "inconsistent."
             )
     cost = cost or collected_cost(meta, records)
+    unpriced = [str(c) for c in meta.candidates if not c.is_chain and str(c) not in cost.shapes]
+    if unpriced:
+        raise ValueError(
+            f"The cost model has no step cost for {', '.join(unpriced)}: take it from a policy that measured those "
+            "shapes (--cost-from), or collect without --replay so their steps are timed."
+        )
     best = best_fixed_size([r.chain_taus() for r in records], cost, config.choice)
     torch.manual_seed(config.seed)
     policy = BlockPolicy(policy_config(meta, config, cost, best))
