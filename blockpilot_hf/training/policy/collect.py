@@ -132,7 +132,7 @@ def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: Col
     with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
         target.generate(input_ids=input_ids, assistant_model=model, block_policy=recorder, max_new_tokens=1)
     start, tokens = input_ids.shape[1], plain[0]
-    matches = chain_matcher(target, model, tokens, start)
+    matches = chain_matcher(target, model, tokens, start, {shape.block_size for shape in config.candidates})
     max_length = start + config.max_new_tokens
     runs = [
         SizeRun(
@@ -150,23 +150,30 @@ def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: Col
     return _record(item, plain, plain_time, recorder.features, runs)
 
 
-def chain_matcher(target, drafter: DFlashDrafter, tokens: torch.Tensor, start: int) -> Callable[[int, int], int]:
+def chain_matcher(
+    target, drafter: DFlashDrafter, tokens: torch.Tensor, start: int, sizes: set[int]
+) -> Callable[[int, int], int]:
     """`matches(p, k)`: how many argmax drafts of a block of k anchored at position p (>= `start`) equal `tokens`
-    (S,), from one teacher-forced target pass; each block size costs one batched drafter pass, when first asked."""
+    (S,), from one teacher-forced target pass. A block size in `sizes` costs one batched drafter pass over every
+    anchor, when first asked; a block shrunk by the length limit is drafted at its one anchor only."""
     with torch.inference_mode():
         features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
     embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
     vocab_ids = drafter.draft_vocab_ids
     if vocab_ids is not None:
         head = head[vocab_ids.to(head.device)]
-    anchors = torch.arange(start, len(tokens) - 1, device=tokens.device)
+
+    def drafted(anchors: torch.Tensor, k: int) -> list[int]:
+        with torch.inference_mode():
+            return draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, k)[0].tolist()
+
     by_size: dict[int, list[int]] = {}
 
     def matches(p: int, k: int) -> int:
+        if k not in sizes:
+            return drafted(torch.tensor([p], device=tokens.device), k)[0]
         if k not in by_size:
-            with torch.inference_mode():
-                matched = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, k)[0]
-            by_size[k] = matched.tolist()
+            by_size[k] = drafted(torch.arange(start, len(tokens) - 1, device=tokens.device), k)
         return by_size[k][p - start]
 
     return matches
