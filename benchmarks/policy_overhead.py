@@ -98,11 +98,11 @@ def print_live(totals: dict[str, dict[str, Totals]]) -> None:
 
 def print_collected(policy, collected: Path) -> None:
     """Measured tokens/s per dataset of the policy, best fixed, training size and oracle on collected records."""
-    from blockpilot_hf.training.policy.collected import read_records
+    from blockpilot_hf.training.policy.collected import collected_cost, read_records
     from blockpilot_hf.training.policy.evaluate import evaluate_records
 
-    _, records = read_records(collected)
-    report = evaluate_records(policy, records)
+    meta, records = read_records(collected)
+    report = evaluate_records(policy, records, collected_cost(meta, records))
     print("\n| dataset | method | tok/s (measured, collected) | vs oracle |\n|---|---|---|---|")
     for source in sorted({s.source for s in report.scores}, key=lambda s: (s != "all", s)):
         oracle = report.score("oracle", source).tokens_per_second

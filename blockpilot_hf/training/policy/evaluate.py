@@ -4,7 +4,8 @@ training-free heuristic on held-out collected prompts, per dataset; write a mark
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
 
 Speed is judged two ways: measured tokens/s of the run at the chosen size (noisy on a busy machine), and the
-modelled throughput tau / cost(b) with the cost model of the held-out collection (what the choice optimises).
+modelled throughput tau / cost(b) with the cost model of the held-out collection (what the choice optimises;
+a replayed collection has no timings, so the policy's own cost model prices it and measured tokens/s read 0).
 Regret = 1 - modelled throughput of the choice / that of the per-prompt oracle.
 """
 
@@ -17,11 +18,10 @@ from pathlib import Path
 from ...decoding.shape import DraftShape
 from ...policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
 from ...policy.config import CostModel
-from ...policy.cost import cost_from_steps
 from ...policy.features import PrefillFeatures
 from ...policy.head import BlockPolicy
 from ...validation import check_policy_fits_collection
-from .collected import PromptRecord, read_records, step_seconds_by_candidate
+from .collected import PromptRecord, collected_cost, read_records
 
 logger = logging.getLogger(__name__)
 
@@ -136,13 +136,10 @@ def _score(
     )
 
 
-def evaluate_records(
-    policy: BlockPolicy, records: list[PromptRecord], cost: CostModel | None = None
-) -> EvaluationReport:
-    """Score every method on `records`, overall and per source. `cost` defaults to the records' own timings."""
+def evaluate_records(policy: BlockPolicy, records: list[PromptRecord], cost: CostModel) -> EvaluationReport:
+    """Score every method on `records`, overall and per source, with `cost` pricing each choice."""
     if not records:
         raise ValueError("No records to evaluate on.")
-    cost = cost or cost_from_steps(step_seconds_by_candidate(records), "heldout", "collected")
     spec = policy.config.features
     features = [PrefillFeatures.from_list(r.features, spec) for r in records]
     choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods_for(policy).items()}
@@ -206,7 +203,8 @@ def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | Non
     policy = BlockPolicy.from_pretrained(policy_dir)
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
-    report = evaluate_records(policy, records, cost=policy.config.cost if meta.replayed else None)
+    cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed
+    report = evaluate_records(policy, records, cost)
     if plots is not None:
         make_plots(policy, records, report, Path(plots))
     return report
