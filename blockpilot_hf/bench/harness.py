@@ -22,7 +22,7 @@ from ..data import Prompt, chat_input_ids
 from ..decoding.stats import device_clock
 from ..jsonl import JsonlWriter
 from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, TREE, BenchConfig, fixed_arm
-from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw
+from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw, weights_fingerprint
 
 logger = logging.getLogger(__name__)
 
@@ -292,6 +292,8 @@ def bench_meta(models: BenchModels, config: BenchConfig) -> BenchMeta:
         device=str(models.target.device),
         attn_implementation=config.attn_implementation,
         training_block_size=int(models.drafter.config.block_size),
+        drafter_weights=weights_fingerprint(models.drafter),
+        policy_weights=weights_fingerprint(models.policy),
     )
 
 

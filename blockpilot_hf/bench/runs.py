@@ -6,8 +6,11 @@
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+
+import torch
 
 from ..decoding.stats import tokens_per_second
 from ..jsonfile import from_dict, load_json, save_json
@@ -72,7 +75,10 @@ class RunRecord:
 
 @dataclass
 class BenchMeta:
-    """What produced a results folder; a resume must match it (other models or lengths would mix numbers)."""
+    """What produced a results folder; a resume must match it (other models or lengths would mix numbers).
+
+    `drafter` and `policy` are names ('embedded' stays the same name when a new drafter ships), so the weights
+    are fingerprinted too; a folder written before the fingerprints existed has "" and is not resumed."""
 
     target: str
     drafter: str
@@ -82,6 +88,8 @@ class BenchMeta:
     device: str
     attn_implementation: str
     training_block_size: int
+    drafter_weights: str = ""
+    policy_weights: str = ""
 
     def save(self, folder: Path) -> None:
         save_json(self, folder / META_NAME)
@@ -98,6 +106,20 @@ class BenchMeta:
         if diff:
             changes = ", ".join(f"{k}: {a!r} -> {b!r}" for k, (a, b) in diff.items())
             raise ValueError(f"{folder} holds results of another setup ({changes}); use a new --out folder.")
+
+
+def weights_fingerprint(model: object | None) -> str:
+    """A short hash of a module's parameters and buffers (names, shapes, dtypes, values); "none" for no model, the
+    type's name for a chooser without weights."""
+    if model is None:
+        return "none"
+    if not isinstance(model, torch.nn.Module):
+        return type(model).__name__
+    digest = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
+        digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    return digest.hexdigest()[:16]
 
 
 def _parse_record(row: dict) -> RunRecord:

@@ -140,6 +140,16 @@ def test_resume_refuses_another_setup(models, tmp_path):
         )
 
 
+def test_resume_refuses_other_weights_under_the_same_name(models, tmp_path):
+    """'embedded' names every drafter that ships: a folder measured with other weights is not resumed."""
+    config = small_config(temperatures=[0.0], arms=["baseline"])
+    run_benchmark(models, config, tiny_prompts()[:1], out=tmp_path, progress=False)
+    with torch.no_grad():
+        next(models.drafter.parameters()).add_(1e-3)
+    with pytest.raises(ValueError, match="another setup.*drafter_weights"):
+        run_benchmark(models, config, tiny_prompts()[:1], out=tmp_path, progress=False)
+
+
 def test_arms_and_rotation(models):
     arms = arms_for(small_config(), has_policy=False)
     assert [a.name for a in arms] == [
