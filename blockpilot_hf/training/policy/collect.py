@@ -22,6 +22,7 @@ from pathlib import Path
 
 import torch
 
+from ...constants import portable_id
 from ...decoding.engine import Prefill
 from ...decoding.shape import DraftShape
 from ...decoding.stats import device_clock
@@ -195,7 +196,7 @@ def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectM
     rows, hidden = target.get_input_embeddings().weight.shape
     return CollectMeta(
         target_id=getattr(target.config, "name_or_path", "") or "",
-        drafter_id=getattr(drafter.config, "name_or_path", "") or "",
+        drafter_id=portable_id(getattr(drafter.config, "name_or_path", "") or ""),
         block_sizes=config.block_sizes,
         shapes=config.shapes,
         max_new_tokens=config.max_new_tokens,
