@@ -110,7 +110,8 @@ class DrafterTrainingConfig:
         default=None,
         metadata={
             "help": "warm start: a drafter folder (or 'embedded') whose weights and architecture training starts "
-            "from; its block size and depth must match --block-size and --num-layers. Unset = random init"
+            "from; its block size must match --block-size, and one shallower than --num-layers gets new layers that "
+            "start out adding nothing (so training starts from its drafts). Unset = random init"
         },
     )
     num_layers: int = field(default=2, metadata={"help": "drafter decoder layers"})

@@ -9,6 +9,7 @@ target's LM head on block positions 1..K-1. Target features are computed once pe
 
 from __future__ import annotations
 
+import copy
 import json
 import logging
 import math
@@ -121,20 +122,48 @@ def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
 
 
 def warm_start(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
-    """Load `cfg.init_from` in float32, refusing one whose shape disagrees with the config or the target."""
+    """Load `cfg.init_from` in float32, refusing one whose shape disagrees with the config or the target; one
+    shallower than `cfg.num_layers` is grown to that depth (`grow`)."""
     from ...embedded import resolve_drafter
     from ...validation import check_compatible
 
     drafter = DFlashDrafter.from_pretrained(resolve_drafter(cfg.init_from), dtype=torch.float32)
-    for name, wanted in (("block_size", cfg.block_size), ("num_hidden_layers", cfg.num_layers)):
-        if getattr(drafter.config, name) != wanted:
-            raise ValueError(
-                f"--init-from {cfg.init_from} has {name}={getattr(drafter.config, name)} but the config asks for "
-                f"{wanted}; pass --{'block-size' if name == 'block_size' else 'num-layers'} "
-                f"{getattr(drafter.config, name)}."
-            )
+    if drafter.config.block_size != cfg.block_size:
+        raise ValueError(
+            f"--init-from {cfg.init_from} has block_size={drafter.config.block_size} but the config asks for "
+            f"{cfg.block_size}; pass --block-size {drafter.config.block_size}."
+        )
+    if drafter.config.num_hidden_layers > cfg.num_layers:
+        raise ValueError(
+            f"--init-from {cfg.init_from} has {drafter.config.num_hidden_layers} layers but the config asks for "
+            f"{cfg.num_layers}; a warm start keeps or adds layers: pass --num-layers "
+            f"{drafter.config.num_hidden_layers} or more."
+        )
     check_compatible(target, drafter)
-    return drafter
+    return grow(drafter, cfg.num_layers)
+
+
+def grow(drafter: DFlashDrafter, num_layers: int) -> DFlashDrafter:
+    """`drafter` deepened to `num_layers`: its own layers, then new ones whose output projections (attention
+    `o_proj`, MLP `down_proj`) start at zero. A new layer then adds nothing to the residual stream, so the deeper
+    drafter starts out drafting exactly what the shallower one did, and training builds on it."""
+    have = drafter.config.num_hidden_layers
+    if num_layers == have:
+        return drafter
+    config = copy.deepcopy(drafter.config)
+    config.num_hidden_layers = num_layers
+    grown = DFlashDrafter(config).to(torch.float32)
+    loaded = grown.load_state_dict(drafter.state_dict(), strict=False)
+    new = {k for k in grown.state_dict() if k.startswith("layers.") and int(k.split(".")[1]) >= have}
+    if loaded.unexpected_keys or set(loaded.missing_keys) != new:
+        raise ValueError(
+            f"Cannot grow the drafter: weights {loaded.unexpected_keys or loaded.missing_keys} do not fit."
+        )
+    with torch.no_grad():
+        for layer in grown.layers[have:]:
+            layer.self_attn.o_proj.weight.zero_()
+            layer.mlp.down_proj.weight.zero_()
+    return grown
 
 
 def pick_mask_token(target) -> int:

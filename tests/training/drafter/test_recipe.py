@@ -199,6 +199,31 @@ def test_warm_start_loads_the_given_drafter_and_refuses_another_shape(tmp_path):
         make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=8), target)
 
 
+def test_a_deeper_warm_start_grows_the_drafter_and_drafts_exactly_as_it_did(tmp_path):
+    """New layers start out adding nothing: the grown drafter's draft logits equal the original's bit for bit,
+    while its new output projections still get gradients (so training can use them)."""
+    from blockpilot_hf.training.replay import block_logits
+
+    target = tiny_target(dtype=torch.float32)
+    start = tiny_drafter(target, seed=7, block_size=4, layers=2)
+    start.save_pretrained(tmp_path / "start")
+    grown = make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=3, block_size=4), target)
+    assert grown.config.num_hidden_layers == 3 and len(grown.layers) == 3
+    tokens = random_prompt(2, 24)[0]
+    features = target_pass(target, tokens[None], start.config.target_layer_ids).features
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    anchors = torch.arange(4, 20)
+    with torch.no_grad():
+        before = block_logits(start, embed, head, features, tokens, anchors, 4)[0]
+    after = block_logits(grown, embed, head, features, tokens, anchors, 4)[0]
+    assert torch.equal(before, after) and before.abs().sum() > 0
+    after.square().sum().backward()
+    assert grown.layers[2].self_attn.o_proj.weight.grad.abs().sum() > 0
+    assert grown.layers[2].mlp.down_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(ValueError, match="has 2 layers but the config asks for 1; a warm start keeps or adds layers"):
+        make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=4), target)
+
+
 def test_a_warm_start_records_its_starting_tau_at_step_0(tmp_path):
     from blockpilot_hf.training.drafter.curves import plot_training_curves
 
