@@ -147,8 +147,9 @@ def dflash_decoding(
             raise ValueError("`stop_strings` needs the tokenizer: pass `tokenizer=tokenizer` to generate.")
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
     check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
+    temperature = float(generation_config.temperature or 1.0) if generation_config.do_sample else 0.0
     block = resolve_block_policy(
-        blockpilot_block_policy, blockpilot_block_size, drafter, model, blockpilot_draft_sampling
+        blockpilot_block_policy, blockpilot_block_size, drafter, model, blockpilot_draft_sampling, temperature
     )
     common = dict(
         block_size=block,

@@ -18,7 +18,7 @@ def test_demo_reports_every_prompt_next_to_plain_generate():
     models = tiny_models()
     with torch.no_grad():  # tau(2) ~= 2 and every other tau ~= 1, whatever the prompt: the policy must pick 2
         sizes = models.policy.config.candidate_sizes
-        models.policy.mlp[-1].bias.copy_(torch.tensor([30.0 if b == 2 else -30.0 for b in sizes]))
+        models.policy.heads[0].mlp[-1].bias.copy_(torch.tensor([30.0 if b == 2 else -30.0 for b in sizes]))
     result = run_demo(models, DemoConfig(limit=3, max_new_tokens=8), prompts=tiny_prompts())
     assert result.arm == "blockpilot"
     assert [r.prompt_id for r in result.rows] == ["gsm8k/1", "HumanEval/1", "mt-bench/1"]  # first turns only

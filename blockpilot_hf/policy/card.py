@@ -49,7 +49,7 @@ def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, d
             f"{spec.num_groups} rows of {spec.hidden_size} (pooled and last-position context of {spec.num_context_layers} "
             f"target layers {config.target_layer_ids}, final hidden state) and {spec.num_stats} last-logit statistics"
         ),
-        temperature=config.temperature,
+        temperatures=", ".join(f"{t:g}" for t in config.temperatures),
         cost_desc=cost_desc,
         location=location,
         results_table=results_table(config),

@@ -146,8 +146,9 @@ class BlockPolicyConfig:
     target_id: str = field(default="", metadata={"help": "Hub id or path of the target the policy was trained for"})
     drafter_id: str = field(default="", metadata={"help": "Hub id or path of the drafter the policy was trained for"})
     training_block_size: int = field(default=16, metadata={"help": "the drafter's training block size"})
-    temperature: float = field(
-        default=0.0, metadata={"help": "sampling temperature of the collected runs (0 = greedy)"}
+    temperatures: list[float] = field(
+        default_factory=lambda: [0.0],
+        metadata={"help": "sampling temperatures of the collected runs, one head each (0 = greedy)"},
     )
     best_fixed_size: int | None = field(default=None, metadata={"help": "best fixed size on the training prompts"})
     cost: CostModel | None = field(default=None, metadata={"help": "cost model used when no calibration is cached"})
@@ -181,6 +182,9 @@ class BlockPolicyConfig:
             )
         if self.projection_dim < 1 or any(h < 1 for h in self.hidden_sizes) or self.vocab_size < 2:
             raise ValueError("projection_dim, hidden_sizes and vocab_size must be positive.")
+        self.temperatures = [float(t) for t in self.temperatures]
+        if not self.temperatures or min(self.temperatures) < 0 or len(set(self.temperatures)) != len(self.temperatures):
+            raise ValueError(f"temperatures must be distinct values >= 0 (one per head), got {self.temperatures}.")
         if self.best_fixed_size is not None and self.best_fixed_size not in self.candidate_sizes:
             raise ValueError(f"best_fixed_size {self.best_fixed_size} is not a candidate size {self.candidate_sizes}.")
 

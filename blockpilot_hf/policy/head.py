@@ -8,6 +8,10 @@ Architecture (shapes for one prompt): feature rows (G, H) -> parameter-free laye
 Linear(H, r) -> (G*r) concatenated with standardised logit stats (S) -> MLP -> (C) outputs, one per candidate
 candidate c (a block size b, or a tree / lookup `DraftShape`), mapped to tau(c) = 1 + (m - 1) * sigmoid(out)
 where m is the most tokens one step of c can commit (b for a chain), so that 1 <= tau(c) <= m and tau(1) = 1.
+
+Sampling accepts fewer drafts than greedy decoding, and copied (prompt-lookup) drafts far fewer, so the best
+candidate depends on the temperature. A policy holds one such head per temperature it was trained at
+(`config.temperatures`) and answers a request with the head nearest to the request's temperature.
 """
 
 from __future__ import annotations
@@ -31,12 +35,11 @@ from .features import PrefillFeatures, extract_features
 logger = logging.getLogger(__name__)
 
 
-class BlockPolicy(nn.Module):
-    """A BlockPilot head; a `BlockChooser` for `generate(block_policy=...)`: callable on a Prefill, with a `name`."""
+class TauHead(nn.Module):
+    """The tau predictor of one temperature: feature rows and logit stats -> predicted tau per candidate."""
 
     def __init__(self, config: BlockPolicyConfig):
         super().__init__()
-        self.config = config
         spec = config.features
         self.project = nn.Linear(spec.hidden_size, config.projection_dim)
         widths = [spec.num_groups * config.projection_dim + spec.num_stats, *config.hidden_sizes]
@@ -48,27 +51,49 @@ class BlockPolicy(nn.Module):
         # Standardisation of the logit stats, fitted on the training prompts (saved with the weights).
         self.register_buffer("stats_mean", torch.zeros(spec.num_stats))
         self.register_buffer("stats_std", torch.ones(spec.num_stats))
-        # The most tokens a step of each candidate commits: the upper bound of its predicted tau.
-        self.register_buffer("sizes", torch.tensor([c.max_tokens for c in config.candidates], dtype=torch.float32))
-        self.cost_override: CostModel | None = None
 
-    # ---- prediction -------------------------------------------------------------------------------------------
-    def forward(self, groups: torch.Tensor, stats: torch.Tensor) -> torch.Tensor:
-        """Predicted tau per candidate size (N, C) from feature rows (N, G, H) and logit stats (N, S)."""
+    def forward(self, groups: torch.Tensor, stats: torch.Tensor, sizes: torch.Tensor) -> torch.Tensor:
+        """Predicted tau (N, C) from feature rows (N, G, H), logit stats (N, S) and each candidate's most
+        tokens per step (C,)."""
         dtype = self.project.weight.dtype  # float32 unless the user cast the head
         rows = F.layer_norm(groups.to(dtype), groups.shape[-1:])  # (N, G, H): layers differ wildly in scale
         projected = self.project(rows).flatten(1)  # (N, G*r)
         scaled = (stats.to(dtype) - self.stats_mean) / self.stats_std  # (N, S)
         raw = self.mlp(torch.cat([projected, scaled], dim=-1))  # (N, C)
-        return 1 + (self.sizes - 1) * torch.sigmoid(raw)
+        return 1 + (sizes - 1) * torch.sigmoid(raw)
+
+
+class BlockPolicy(nn.Module):
+    """A BlockPilot policy: one `TauHead` per trained temperature, and a `BlockChooser` for
+    `generate(block_policy=...)`: callable on a Prefill, with a `name`."""
+
+    def __init__(self, config: BlockPolicyConfig):
+        super().__init__()
+        self.config = config
+        self.heads = nn.ModuleList(TauHead(config) for _ in config.temperatures)  # one per trained temperature
+        # The most tokens a step of each candidate commits: the upper bound of its predicted tau.
+        self.register_buffer("sizes", torch.tensor([c.max_tokens for c in config.candidates], dtype=torch.float32))
+        self.cost_override: CostModel | None = None
+
+    # ---- prediction -------------------------------------------------------------------------------------------
+    def head_index(self, temperature: float) -> int:
+        """The head trained at the temperature nearest to `temperature` (0 = greedy); ties go to the lower one."""
+        temps = self.config.temperatures
+        return min(range(len(temps)), key=lambda i: (abs(temps[i] - temperature), temps[i]))
+
+    def forward(self, groups: torch.Tensor, stats: torch.Tensor, temperature: float = 0.0) -> torch.Tensor:
+        """Predicted tau per candidate (N, C) from feature rows (N, G, H) and logit stats (N, S), by the head for
+        `temperature`."""
+        return self.heads[self.head_index(temperature)](groups, stats, self.sizes)
 
     @torch.no_grad()
-    def predict_tau(self, features: Prefill | PrefillFeatures) -> list[float]:
-        """Predicted acceptance length for each of `config.candidates`, from one request's prefill."""
+    def predict_tau(self, features: Prefill | PrefillFeatures, temperature: float = 0.0) -> list[float]:
+        """Predicted acceptance length for each of `config.candidates`, from one request's prefill, when it
+        decodes at `temperature`."""
         if isinstance(features, Prefill):
             features = extract_features(features, self.config.features)
         device = self.sizes.device
-        return self(features.groups[None].to(device), features.stats[None].to(device))[0].tolist()
+        return self(features.groups[None].to(device), features.stats[None].to(device), temperature)[0].tolist()
 
     @property
     def name(self) -> str:
@@ -103,17 +128,29 @@ class BlockPolicy(nn.Module):
         return self
 
     def choose(
-        self, prefill: Prefill | PrefillFeatures, rule: str | None = None, cost: CostModel | None = None
+        self,
+        prefill: Prefill | PrefillFeatures,
+        rule: str | None = None,
+        cost: CostModel | None = None,
+        temperature: float = 0.0,
     ) -> int | DraftShape:
         """The block size (or, for a tree / lookup candidate, the `DraftShape`) for this request under `rule`
-        (default: the config's choice rule), with `cost` (default: `cost_model`) as the seconds per step."""
+        (default: the config's choice rule), with `cost` (default: `cost_model`) as the seconds per step, when it
+        decodes at `temperature` (0 = greedy)."""
         best = choose_size(
-            self.predict_tau(prefill), self.config.candidates, rule or self.config.choice, cost or self.cost_model
+            self.predict_tau(prefill, temperature),
+            self.config.candidates,
+            rule or self.config.choice,
+            cost or self.cost_model,
         )
         return best.block_size if best.is_chain else best
 
     def choose_batch(
-        self, prefills: list[Prefill | PrefillFeatures], rule: str | None = None, cost: CostModel | None = None
+        self,
+        prefills: list[Prefill | PrefillFeatures],
+        rule: str | None = None,
+        cost: CostModel | None = None,
+        temperature: float = 0.0,
     ) -> int:
         """One block size for a batch of requests decoded together: argmax over block sizes b of the batch's
         predicted tokens per second, sum_r tau_r(b) / cost(B * b). A batched step verifies B rows of the widest
@@ -127,7 +164,7 @@ class BlockPolicy(nn.Module):
             return c.is_chain and (c.block_size == 1 or not priced or cost.covers([batch * c.block_size]))
 
         usable = [i for i, c in enumerate(self.config.candidates) if allowed(c)]
-        taus = [self.predict_tau(p) for p in prefills]
+        taus = [self.predict_tau(p, temperature) for p in prefills]
         totals = [sum(t[i] for t in taus) for i in usable]
         tokens = [self.config.candidates[i].block_size * batch for i in usable]  # verified by one batched step
         return choose_size(totals, tokens, rule, cost) // batch

@@ -8,6 +8,7 @@ correctness.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -18,13 +19,18 @@ from ..validation import check_block_size, check_policy_compatible, check_policy
 from .baselines import FixedPolicy
 from .config import CostModel
 
+logger = logging.getLogger(__name__)
 
-def resolve_block_policy(block_policy, block_size, drafter, target, draft_sampling: bool = False) -> int | BlockChooser:
+
+def resolve_block_policy(
+    block_policy, block_size, drafter, target, draft_sampling: bool = False, temperature: float = 0.0
+) -> int | BlockChooser:
     """Return a fixed block size or a `BlockChooser` (whose answers are checked) for the engine.
 
     Accepts an int or `"fixed:N"` for a fixed size (`"fixed:8+tree16"` for a fixed shape); none of both means the
     drafter's training block size. A `BlockPolicy` is used as it is, never modified: this machine's calibration
-    travels with the returned chooser.
+    and the request's sampling `temperature` (0 = greedy; it picks the policy's head) travel with the returned
+    chooser.
     """
     if block_policy is not None and block_size is not None:
         raise ValueError("Pass either `block_size` or `block_policy`, not both.")
@@ -48,7 +54,7 @@ def resolve_block_policy(block_policy, block_size, drafter, target, draft_sampli
     if isinstance(block_policy, (str, os.PathLike)):
         block_policy = BlockPolicy.from_pretrained(block_policy)
     if isinstance(block_policy, BlockPolicy):
-        chooser = _prepare_policy(block_policy, drafter, target, draft_sampling)
+        chooser = _prepare_policy(block_policy, drafter, target, draft_sampling, temperature)
         return CheckedChooser(chooser, target, drafter, draft_sampling)
     if callable(block_policy):
         return CheckedChooser(as_chooser(block_policy), target, drafter, draft_sampling)
@@ -78,20 +84,22 @@ def as_chooser(block_policy: Callable[[Prefill], int]) -> BlockChooser:
 
 @dataclass
 class CalibratedPolicy:
-    """A `BlockPolicy` choosing with this machine's cost model, without touching the user's policy object."""
+    """A `BlockPolicy` choosing with this machine's cost model and the request's temperature, without touching
+    the user's policy object."""
 
     policy: object  # BlockPolicy
     cost: CostModel | None
+    temperature: float = 0.0
 
     @property
     def name(self) -> str:
         return self.policy.name
 
     def __call__(self, prefill: Prefill) -> int | DraftShape:
-        return self.policy.choose(prefill, cost=self.cost)
+        return self.policy.choose(prefill, cost=self.cost, temperature=self.temperature)
 
     def choose_batch(self, prefills: list[Prefill]) -> int:
-        return self.policy.choose_batch(prefills, cost=self.cost)
+        return self.policy.choose_batch(prefills, cost=self.cost, temperature=self.temperature)
 
 
 @dataclass
@@ -124,10 +132,25 @@ class CheckedChooser:
             raise type(err)(f"block_policy {self.name!r} returned an invalid block size or shape: {err}") from err
 
 
-def _prepare_policy(policy, drafter, target, draft_sampling: bool) -> CalibratedPolicy:
-    """Check the policy fits this target/drafter, and pick this machine's calibration if one is cached."""
+TEMPERATURE_TOLERANCE = 0.25  # a head trained this close to the request's temperature is taken as its own
+
+
+def _prepare_policy(policy, drafter, target, draft_sampling: bool, temperature: float) -> CalibratedPolicy:
+    """Check the policy fits this target/drafter, pick this machine's calibration if one is cached, and warn when
+    no head of the policy was trained near the request's temperature (its choices are then a guess)."""
     from .cost import load_calibration
 
     check_policy_compatible(policy.config, target, drafter)
     check_policy_sizes(policy.config, target, drafter, draft_sampling)
-    return CalibratedPolicy(policy, policy.usable_cost_model(load_calibration(target, drafter)))
+    trained = policy.config.temperatures
+    if min(abs(t - temperature) for t in trained) > TEMPERATURE_TOLERANCE:
+        logger.warning(
+            "block_policy %r was trained at temperature(s) %s but this request decodes at %g: sampling accepts fewer "
+            "drafts (copied ones far fewer), so its choices may be slow. Give it a head for this temperature: "
+            "`blockpilot collect --replay --temperature %g ...`, then `blockpilot train-policy A,B ...`.",
+            policy.name,
+            ", ".join(f"{t:g}" for t in trained),
+            temperature,
+            temperature,
+        )
+    return CalibratedPolicy(policy, policy.usable_cost_model(load_calibration(target, drafter)), temperature)

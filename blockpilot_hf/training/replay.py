@@ -1,10 +1,16 @@
-"""Greedy speculative decoding replayed on a known answer, without decoding it again.
+"""Speculative decoding replayed on a known answer, without decoding it again.
 
 At T=0 every draft shape produces the same tokens, the target's greedy answer, so how many drafts a step
 accepts depends only on the position the step starts from. One teacher-forced target pass over the answer gives
 the drafter's context at every position, one batched drafter pass per block size drafts at every position at
 once, and prompt lookup needs the text alone. Walking the answer with a shape's rules then yields the acceptance
 lengths that decoding with that shape records, for the cost of one target pass instead of one per step.
+
+The same walk holds at T > 0 on a sampled answer. The engine's default drafts are deterministic (argmax, or a
+copy), and its point-mass rule draws the target's own token at each position and accepts while it equals the
+draft. Decoding with any such shape therefore commits a sample of the target's distribution, and each step's
+length is the drafts' leading matches with what it committed. So replaying every shape on one plain sampled
+answer gives acceptance lengths distributed exactly as sampled decoding with that shape records them.
 
 Drafter validation replays chains on held-out answers; `blockpilot collect --replay` replays every candidate
 shape of a policy on its prompts.
@@ -75,7 +81,7 @@ def leading_matches(drafts: list[int], tokens: torch.Tensor, after: int) -> int:
 def replay_shape(
     shape: DraftShape, tokens: torch.Tensor, start: int, max_length: int, chain_matches: Callable[[int, int], int]
 ) -> list[int]:
-    """Acceptance lengths greedy decoding with `shape` records on `tokens` (S,), the plain greedy output whose
+    """Acceptance lengths decoding with `shape` records on `tokens` (S,), a plain (greedy or sampled) answer whose
     first generated token is at `start`, under the length limit `max_length` (prompt + max_new_tokens).
 
     As the engine does: a step copies up to `lookup_tokens` tokens when the text's last n-gram recurred, else

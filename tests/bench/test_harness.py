@@ -52,7 +52,7 @@ def units(records):
 def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
     sizes = models.policy.config.candidate_sizes
     with torch.no_grad():  # tau(4) ~= 4 and every other tau ~= 1, whatever the prompt: the policy must pick 4
-        models.policy.mlp[-1].bias.copy_(torch.tensor([30.0 if b == 4 else -30.0 for b in sizes]))
+        models.policy.heads[0].mlp[-1].bias.copy_(torch.tensor([30.0 if b == 4 else -30.0 for b in sizes]))
     config = small_config()
     records = run_benchmark(models, config, tiny_prompts(), tiny_prompts()[:1], progress=False)
     by_unit = units(records)

@@ -67,7 +67,7 @@ def test_head_size_does_not_grow_with_vocabulary():
 
 def favour(policy: BlockPolicy, size: int) -> BlockPolicy:
     """Bias the head's last layer so tau(size) ~= size and every other tau ~= 1 (whatever the features say)."""
-    last = policy.mlp[-1]
+    last = policy.heads[0].mlp[-1]
     with torch.no_grad():
         last.bias.copy_(torch.tensor([30.0 if b == size else -30.0 for b in policy.config.candidate_sizes]))
     return policy
@@ -87,7 +87,7 @@ def test_policy_choice_weighs_tau_against_cost():
     policy = head_for(32, 2, 64).eval()
     sizes = policy.config.candidate_sizes
     with torch.no_grad():
-        policy.mlp[-1].bias.fill_(30.0)  # tau(b) ~= b for every size: the longest block has the highest tau
+        policy.heads[0].mlp[-1].bias.fill_(30.0)  # tau(b) ~= b for every size: the longest block has the highest tau
     prefill = fake_prefill()
     assert policy(prefill) == max(sizes)
     # Steps that cost b^2 seconds: tau / cost ~= 1 / b, so plain decoding (size 1) has the best throughput ...

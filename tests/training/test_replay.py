@@ -13,7 +13,14 @@ import torch.nn.functional as F
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt, synthetic_items
 from blockpilot_hf.training.drafter.target_features import target_pass
-from blockpilot_hf.training.policy.collect import CollectItem, collect, collect_prompt, replay_prompt
+from blockpilot_hf.training.policy.collect import (
+    CollectItem,
+    collect,
+    collect_prompt,
+    plain_answer,
+    replay_prompt,
+    sampling_seed,
+)
 from blockpilot_hf.training.policy.collected import read_records
 from blockpilot_hf.training.policy.config import CollectConfig, FitConfig
 from blockpilot_hf.training.policy.fit import fit_policy
@@ -24,12 +31,12 @@ pytestmark = pytest.mark.usefixtures("private_cost_cache")
 CANDIDATES = dict(block_sizes=[2, 4, 8], shapes=["1+lookup7", "4+lookup4", "8+lookup7"])
 
 
-def taught_drafter(target, drafter, input_ids: torch.Tensor, max_new_tokens: int, steps: int = 40):
-    """A copy of the random drafter fitted for a few steps to the greedy answer: it then drafts 1-7 tokens right
-    per block, depending on the context it reads (so a replay with misaligned context would show)."""
-    tokens = plain_greedy(target, input_ids, max_new_tokens)[0]
+def taught_drafter(target, drafter, tokens: torch.Tensor, start: int, steps: int = 40):
+    """A copy of the random drafter fitted for a few steps to the answer in `tokens` (S,), generated from position
+    `start`: it then drafts 1-7 tokens right per block, depending on the context it reads (so a replay with
+    misaligned context would show)."""
     features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
-    anchors = torch.arange(input_ids.shape[1], len(tokens) - 1)
+    anchors = torch.arange(start, len(tokens) - 1)
     taught = copy.deepcopy(drafter).train()
     optimizer = torch.optim.Adam(taught.parameters(), lr=3e-3)
     embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
@@ -50,7 +57,8 @@ def taught_drafter(target, drafter, input_ids: torch.Tensor, max_new_tokens: int
 def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
     """Every chain and lookup shape, up to the length limit (where blocks shrink): same steps, same features."""
     target, drafter = greedy_pair()
-    drafter = taught_drafter(target, drafter, prompt, max_new_tokens)
+    answer = plain_greedy(target, prompt, max_new_tokens)[0]
+    drafter = taught_drafter(target, drafter, answer, prompt.shape[1])
     config = CollectConfig(max_new_tokens=max_new_tokens, **CANDIDATES)
     item = CollectItem("p", "syn", prompt[0].tolist())
     decoded = collect_prompt(target, drafter, item, config)
@@ -64,6 +72,46 @@ def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
         assert got.new_tokens == want.new_tokens and got.total_time == 0.0
     # Not vacuous: the drafter's chains and the copies both get drafts accepted.
     assert decoded.run(8).tau > 2.0 and decoded.run(DraftShape.parse("1+lookup7")).tau > 1.2
+
+
+@pytest.mark.parametrize(
+    "prompt, max_new_tokens",
+    [(random_prompt(5, 12), 40), (repetitive_prompt(2, chunk=5, repeats=3), 37)],
+    ids=["random", "repetitive"],
+)
+def test_sampled_replay_equals_sampled_decoding(prompt, max_new_tokens):
+    """At T=1 the replay walks one sampled answer. Decoding with the seed that answer was sampled with commits the
+    same tokens (one draw per committed token, as plain sampling makes), so each candidate's steps must be
+    exactly the replayed ones; a greedy replay would not be."""
+    target, drafter = greedy_pair()
+    with torch.no_grad():
+        target.get_output_embeddings().weight.mul_(20)  # a sharper target: copies get accepted under sampling too
+    item = CollectItem("p", "syn", prompt[0].tolist())
+    seed = sampling_seed(item.prompt_id)
+    answer = plain_answer(target, prompt, max_new_tokens, 1.0, seed)[0][0]
+    assert not torch.equal(answer, plain_greedy(target, prompt, max_new_tokens)[0])  # it really is sampled
+    drafter = taught_drafter(target, drafter, answer, prompt.shape[1])
+    config = CollectConfig(max_new_tokens=max_new_tokens, replay=True, temperature=1.0, **CANDIDATES)
+    replayed = replay_prompt(target, drafter, item, config)
+    greedy = replay_prompt(target, drafter, item, dataclasses.replace(config, temperature=0.0))
+    assert not any(run.matches_greedy for run in replayed.runs)
+    for run in replayed.runs:
+        torch.manual_seed(seed)
+        out = target.generate(
+            input_ids=prompt,
+            assistant_model=drafter,
+            block_policy=f"fixed:{run.candidate}",
+            do_sample=True,
+            temperature=1.0,
+            top_k=0,
+            top_p=1.0,
+            max_new_tokens=max_new_tokens,
+            return_dict_in_generate=True,
+        )
+        assert torch.equal(out.sequences[0], answer)
+        assert out.blockpilot.acceptance_lengths == run.acceptance_lengths, str(run.candidate)
+    assert replayed.run(8).tau > 1.1 and replayed.run(DraftShape.parse("4+lookup4")).tau > 1.1  # drafts accepted
+    assert [r.acceptance_lengths for r in greedy.runs] != [r.acceptance_lengths for r in replayed.runs]
 
 
 def test_walk_and_lookup_rules():
@@ -109,3 +157,10 @@ def test_a_replayed_folder_needs_a_cost_model(tmp_path):
 def test_replay_refuses_tree_shapes():
     with pytest.raises(ValueError, match=r"--replay replays chains and prompt lookup only.*8\+tree16"):
         CollectConfig(shapes=["8+tree16", "1+lookup4"], replay=True)
+
+
+def test_sampled_collect_needs_replay():
+    with pytest.raises(ValueError, match=r"--temperature 1 needs --replay"):
+        CollectConfig(temperature=1.0)
+    with pytest.raises(ValueError, match=r"--temperature must be >= 0"):
+        CollectConfig(temperature=-0.5, replay=True)

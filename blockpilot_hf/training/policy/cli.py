@@ -2,6 +2,7 @@
 
     blockpilot collect --drafter embedded --prompts gsm8k:policy,humaneval:policy --out runs/collect
     blockpilot train-policy runs/collect --out policies/my-policy
+    blockpilot train-policy runs/collect,runs/collect-t1 --out policies/my-policy  # greedy and T=1 heads
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
     blockpilot calibrate --target smollm2 --drafter embedded
     blockpilot make-policy --target Qwen/Qwen3-4B --drafter z-lab/Qwen3-4B-DFlash-b16 --out policies/qwen3-4b
@@ -81,7 +82,8 @@ def run_train(job: TrainPolicyJob, config: FitConfig) -> None:
         from ...embedded import load_policy
 
         cost = checked("--cost-from", load_policy, job.cost_from).config.cost
-    policy = train_policy(Path(job.collect_dir), Path(job.out), config, cost)
+    folders = [Path(part.strip()) for part in job.collect_dir.split(",") if part.strip()]
+    policy = train_policy(folders, Path(job.out), config, cost)
     print(f"wrote {job.out} ({policy.num_parameters():,} parameters)")
     for r in policy.config.results:
         print(f"  {r.name}: {r.value:.4g}")

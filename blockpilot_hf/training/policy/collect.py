@@ -8,13 +8,15 @@ r"""`blockpilot collect`: decode each prompt at every candidate block size and d
 Per prompt: one plain greedy `generate` (the reference output and time), then one run per candidate through
 `generate(block_policy=...)`, whose chooser also records the prefill features the policy will learn from. With
 `--replay` the candidates' steps are replayed on the reference instead of decoded (`training/replay.py`): the
-same acceptance lengths, without timings.
+same acceptance lengths, without timings; with `--replay --temperature T` the reference is one sampled answer per
+prompt, and the replayed lengths are distributed as sampled decoding's.
 Each finished prompt is one appended JSON line, so a crash loses at most the prompt in flight; rerunning skips
 the prompts already in any shard.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -76,18 +78,28 @@ def greedy_answer(target, tokenizer, max_new_tokens: int) -> Answer:
     return answer
 
 
-def plain_greedy(target, input_ids: torch.Tensor, max_new_tokens: int) -> tuple[torch.Tensor, float]:
-    """Plain greedy `generate` (1, T+N) and its seconds: the reference every candidate is checked or replayed on."""
+def sampling_seed(prompt_id: str) -> int:
+    """A seed fixed by the prompt's id, so a rerun or another shard samples a prompt's answer the same way."""
+    return int(hashlib.sha256(prompt_id.encode()).hexdigest()[:8], 16)
+
+
+def plain_answer(
+    target, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, seed: int = 0
+) -> tuple[torch.Tensor, float]:
+    """Plain `generate` (1, T+N) and its seconds: the reference every candidate is checked or replayed on.
+    Greedy at temperature 0; else one sample of the full distribution at `temperature`, as bench samples."""
+    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
+    torch.manual_seed(seed)
     start = device_clock(target.device)
     with torch.inference_mode():
-        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False)
+        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, **{"do_sample": False, **sampling})
     return plain, device_clock(target.device) - start
 
 
 def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
     """Plain greedy once, then one run per block size and shape; each is checked token for token against plain."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
-    plain, plain_time = plain_greedy(target, input_ids, config.max_new_tokens)
+    plain, plain_time = plain_answer(target, input_ids, config.max_new_tokens)
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     spec = spec_for(target, model, config.top_k)
     features: PrefillFeatures | None = None
@@ -124,10 +136,12 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
 
 
 def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
-    """Plain greedy once, then every candidate's steps replayed on that answer (`training.replay`) instead of
-    decoded: one target pass in all rather than one per step and candidate. Runs carry no timings."""
+    """Plain `generate` once (greedy, or one sample at `config.temperature`), then every candidate's steps
+    replayed on that answer (`training.replay`) instead of decoded: one target pass in all rather than one per step
+    and candidate. Runs carry no timings."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
-    plain, plain_time = plain_greedy(target, input_ids, config.max_new_tokens)
+    seed = sampling_seed(item.prompt_id)
+    plain, plain_time = plain_answer(target, input_ids, config.max_new_tokens, config.temperature, seed)
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     recorder = _FeatureRecorder(DraftShape(1), spec_for(target, model, config.top_k))
     with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
@@ -143,7 +157,7 @@ def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: Col
             0.0,
             0.0,
             0.0,
-            True,  # by construction: the replay walks the plain greedy output
+            config.temperature == 0,  # by construction: a greedy replay walks the plain greedy output
             "" if shape.is_chain else str(shape),
         )
         for shape in config.candidates
@@ -206,6 +220,7 @@ def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectM
         training_block_size=drafter.config.block_size,
         top_k=config.top_k,
         device=device_name(target.device),
+        temperature=config.temperature,
         replayed=config.replay,
     )
 

@@ -34,8 +34,15 @@ class CollectConfig:
     replay: bool = field(
         default=False,
         metadata={
-            "help": "replay every candidate on the plain greedy answer instead of decoding with it: same acceptance, "
+            "help": "replay every candidate on the plain answer instead of decoding with it: same acceptance, "
             "several times faster, no timings (train-policy then needs --cost-from); chains and lookup shapes only"
+        },
+    )
+    temperature: float = field(
+        default=0.0,
+        metadata={
+            "help": "sampling temperature of the answers (0 = greedy); > 0 needs --replay, which then replays "
+            "every candidate on one sampled answer per prompt (the same acceptance, in distribution)"
         },
     )
 
@@ -43,6 +50,13 @@ class CollectConfig:
         self.block_sizes = sorted({1, *map(int, self.block_sizes)})
         if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
             raise ValueError("max_new_tokens and block sizes must be >= 1.")
+        if self.temperature < 0:
+            raise ValueError(f"--temperature must be >= 0, got {self.temperature}.")
+        if self.temperature > 0 and not self.replay:
+            raise ValueError(
+                f"--temperature {self.temperature:g} needs --replay: a decoded collect checks every run token for "
+                "token against plain greedy output, which sampled runs cannot match."
+            )
         shapes = sorted({DraftShape.parse(s) for s in self.shapes})
         if any(s.is_chain for s in shapes):
             raise ValueError(
@@ -142,7 +156,12 @@ class FitConfig:
 class TrainPolicyJob:
     """Where `blockpilot train-policy` reads its records and writes the policy; `FitConfig` says how it fits."""
 
-    collect_dir: str = field(metadata={"help": "collect folder written by `blockpilot collect`"})
+    collect_dir: str = field(
+        metadata={
+            "help": "collect folder written by `blockpilot collect`, or several comma-separated, one per temperature "
+            "(e.g. a greedy one and one collected with --temperature 1): the policy gets one head per folder"
+        }
+    )
     out: str = field(metadata={"help": "policy folder to write"})
     cost_from: str | None = field(
         default=None,

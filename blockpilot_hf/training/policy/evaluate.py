@@ -86,11 +86,15 @@ class EvaluationReport:
         return "\n".join(rows)
 
 
-def methods_for(policy: BlockPolicy) -> dict[str, object]:
-    """The policy (both choice rules) and the baselines, all with `choose(features) -> int | DraftShape`: the best
-    fixed size, the training size, every tree / lookup candidate as a fixed shape, and the entropy heuristic."""
+def methods_for(policy: BlockPolicy, temperature: float = 0.0) -> dict[str, object]:
+    """The policy (both choice rules, its head for `temperature`) and the baselines, all with
+    `choose(features) -> int | DraftShape`: the best fixed size, the training size, every tree / lookup candidate
+    as a fixed shape, and the entropy heuristic."""
     cfg = policy.config
-    methods: dict[str, object] = {"blockpilot": policy, "blockpilot-classifier": _Rule(policy, "classifier")}
+    methods: dict[str, object] = {
+        "blockpilot": _Rule(policy, cfg.choice, temperature),
+        "blockpilot-classifier": _Rule(policy, "classifier", temperature),
+    }
     if cfg.best_fixed_size is not None:
         methods[f"best-fixed:{cfg.best_fixed_size}"] = FixedPolicy(cfg.best_fixed_size)
     if cfg.training_block_size in cfg.candidate_sizes:
@@ -103,13 +107,14 @@ def methods_for(policy: BlockPolicy) -> dict[str, object]:
 
 @dataclass
 class _Rule:
-    """The policy under another choice rule."""
+    """The policy under a choice rule, at a temperature."""
 
     policy: BlockPolicy
     rule: str
+    temperature: float
 
     def choose(self, features: PrefillFeatures) -> int | DraftShape:
-        return self.policy.choose(features, rule=self.rule)
+        return self.policy.choose(features, rule=self.rule, temperature=self.temperature)
 
 
 def _score(
@@ -136,13 +141,17 @@ def _score(
     )
 
 
-def evaluate_records(policy: BlockPolicy, records: list[PromptRecord], cost: CostModel) -> EvaluationReport:
-    """Score every method on `records`, overall and per source, with `cost` pricing each choice."""
+def evaluate_records(
+    policy: BlockPolicy, records: list[PromptRecord], cost: CostModel, temperature: float = 0.0
+) -> EvaluationReport:
+    """Score every method on `records` (collected at `temperature`), overall and per source, with `cost` pricing
+    each choice."""
     if not records:
         raise ValueError("No records to evaluate on.")
     spec = policy.config.features
     features = [PrefillFeatures.from_list(r.features, spec) for r in records]
-    choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods_for(policy).items()}
+    methods = methods_for(policy, temperature)
+    choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods.items()}
     candidates = policy.config.candidates
     choices["oracle"] = [oracle_size({c: r.taus()[c] for c in candidates}, cost) for r in records]
     scores = []
@@ -156,8 +165,11 @@ def evaluate_records(policy: BlockPolicy, records: list[PromptRecord], cost: Cos
     return EvaluationReport(scores, choices)
 
 
-def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path) -> list[Path]:
-    """Best-size distribution, tau vs size (or shape) per prompt, predicted vs actual tau; PNG files in `out`."""
+def make_plots(
+    policy: BlockPolicy, records: list[PromptRecord], report: EvaluationReport, out: Path, temperature: float = 0.0
+) -> list[Path]:
+    """Best-size distribution, tau vs size (or shape) per prompt, predicted (by the head for `temperature`) vs
+    actual tau; PNG files in `out`."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -188,7 +200,7 @@ def make_plots(policy: BlockPolicy, records: list[PromptRecord], report: Evaluat
     fig, ax = plt.subplots(figsize=(5, 5))
     spec = policy.config.features
     for r in records:
-        predicted = policy.predict_tau(PrefillFeatures.from_list(r.features, spec))
+        predicted = policy.predict_tau(PrefillFeatures.from_list(r.features, spec), temperature)
         ax.scatter([r.taus()[b] for b in sizes], predicted, s=8, color=colors[r.source], alpha=0.6)
     top = max(c.max_tokens for c in sizes)
     ax.plot([1, top], [1, top], color="gray", linewidth=1)
@@ -204,7 +216,7 @@ def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | Non
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
     cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed
-    report = evaluate_records(policy, records, cost)
+    report = evaluate_records(policy, records, cost, meta.temperature)
     if plots is not None:
-        make_plots(policy, records, report, Path(plots))
+        make_plots(policy, records, report, Path(plots), meta.temperature)
     return report

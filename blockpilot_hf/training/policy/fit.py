@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -63,7 +64,7 @@ def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fi
         target_id=meta.target_id,
         drafter_id=meta.drafter_id,
         training_block_size=meta.training_block_size,
-        temperature=meta.temperature,
+        temperatures=[meta.temperature],
         best_fixed_size=best_fixed,
         cost=cost,
         name=config.name,
@@ -79,10 +80,12 @@ def training_tensors(records: list[PromptRecord], spec: FeatureSpec, candidates:
 
 
 def fit_head(policy: BlockPolicy, records: list[PromptRecord], config: FitConfig) -> list[float]:
-    """Full-batch AdamW on MSE(log tau); returns the loss curve. The stats standardisation comes from `records`."""
+    """Full-batch AdamW on MSE(log tau) of the policy's one head; returns the loss curve. The stats
+    standardisation comes from `records`."""
     groups, stats, target = training_tensors(records, policy.config.features, policy.config.candidates)
-    policy.stats_mean.copy_(stats.mean(dim=0))
-    policy.stats_std.copy_(stats.std(dim=0, unbiased=False).clamp(min=1e-3))
+    (head,) = policy.heads
+    head.stats_mean.copy_(stats.mean(dim=0))
+    head.stats_std.copy_(stats.std(dim=0, unbiased=False).clamp(min=1e-3))
     optimizer = torch.optim.AdamW(policy.parameters(), lr=config.lr, weight_decay=config.weight_decay)
     losses = []
     policy.train()
@@ -134,17 +137,44 @@ def fit_and_evaluate(
     policy = fit_policy(meta, train, config, cost)
     if not heldout:
         return policy, train, heldout, None
-    report = evaluate_records(policy, heldout, cost=policy.config.cost)
+    report = evaluate_records(policy, heldout, policy.config.cost, meta.temperature)
     note = f"{len(heldout)} held-out prompts, split of training collect"
-    policy.config.results = [MeasuredResult(f"{h.method} {h.metric}", h.value, note) for h in report.headline()]
+    at = f" at T={meta.temperature:g}"
+    policy.config.results = [MeasuredResult(f"{h.method} {h.metric}{at}", h.value, note) for h in report.headline()]
     return policy, train, heldout, report
 
 
-def train_policy(collect_dir: Path, out: Path, config: FitConfig, cost: CostModel | None = None) -> BlockPolicy:
-    """Read a collect folder, fit on the non-held-out prompts, measure on the held-out ones, write the folder."""
-    meta, records = read_records(Path(collect_dir))
-    if not records:
-        raise ValueError(f"{collect_dir} holds no collected prompts yet; run `blockpilot collect` first.")
-    policy = fit_and_evaluate(meta, records, config, cost)[0]
+def combine_temperatures(policies: list[BlockPolicy]) -> BlockPolicy:
+    """One policy holding the heads of `policies`, each fitted at its own temperature on the same candidates,
+    features and drafter; the best fixed size is the lowest temperature's, the results all of theirs."""
+    policies = sorted(policies, key=lambda p: p.config.temperatures)
+    first = policies[0].config
+    temps = [t for p in policies for t in p.config.temperatures]
+    if len(set(temps)) != len(temps):
+        raise ValueError(f"Two collect folders share a temperature ({temps}): pass one folder per temperature.")
+    for p in policies[1:]:
+        other = replace(p.config, temperatures=first.temperatures, results=first.results, best_fixed_size=None)
+        if other != replace(first, best_fixed_size=None):
+            raise ValueError(
+                "The collect folders differ in more than their temperature (drafter, candidates, features or cost "
+                "model): collect every temperature with the same settings."
+            )
+    results = [r for p in policies for r in p.config.results]
+    combined = BlockPolicy(replace(first, temperatures=temps, results=results))
+    for head, fitted in zip(combined.heads, (h for p in policies for h in p.heads), strict=True):
+        head.load_state_dict(fitted.state_dict())
+    return combined.eval()
+
+
+def train_policy(collect_dirs: list[Path], out: Path, config: FitConfig, cost: CostModel | None = None) -> BlockPolicy:
+    """Read one collect folder per temperature, fit a head on each one's non-held-out prompts, measure it on the
+    held-out ones, and write one policy folder with every head."""
+    policies = []
+    for folder in collect_dirs:
+        meta, records = read_records(Path(folder))
+        if not records:
+            raise ValueError(f"{folder} holds no collected prompts yet; run `blockpilot collect` first.")
+        policies.append(fit_and_evaluate(meta, records, config, cost)[0])
+    policy = combine_temperatures(policies)
     policy.save_pretrained(out)
     return policy

@@ -1,14 +1,20 @@
 """The synthetic task is learned; train-policy / evaluate-policy write what they promise."""
 
+import dataclasses
+
 import pytest
+import torch
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.cli import main
 from blockpilot_hf.data import turn_id
 from blockpilot_hf.decoding.shape import DraftShape
-from blockpilot_hf.testing_utils import SYNTHETIC_COST, best_size
+from blockpilot_hf.testing_utils import SYNTHETIC_COST, best_size, oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.training.policy.collect import collect
+from blockpilot_hf.training.policy.collected import read_records
 from blockpilot_hf.training.policy.evaluate import evaluate_policy, evaluate_records
 from blockpilot_hf.training.policy.fit import FitConfig, is_heldout, split_records, train_policy
+from tests.training.policy.synthetic_data import CONFIG
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
@@ -45,15 +51,34 @@ def test_every_turn_of_a_chat_lands_on_the_side_of_its_first_turn():
 
 def test_train_policy_writes_folder_with_results(task, tmp_path):
     policy = train_policy(
-        task.train_dir, tmp_path / "p", FitConfig(heldout_fraction=0.25, epochs=50), cost=SYNTHETIC_COST
+        [task.train_dir], tmp_path / "p", FitConfig(heldout_fraction=0.25, epochs=50), cost=SYNTHETIC_COST
     )
     loaded = BlockPolicy.from_pretrained(tmp_path / "p")
     assert loaded.config.candidate_sizes == [1, 2, 4, 8] and loaded.config.training_block_size == 8
     assert loaded.config.cost == SYNTHETIC_COST and loaded.config.best_fixed_size in (1, 8)
     names = [r.name for r in loaded.config.results]
-    assert "blockpilot regret vs oracle" in names and "blockpilot accuracy vs oracle" in names
-    assert "blockpilot regret vs oracle" in (tmp_path / "p" / "README.md").read_text()
+    assert "blockpilot regret vs oracle at T=0" in names and "blockpilot accuracy vs oracle at T=0" in names
+    assert "blockpilot regret vs oracle at T=0" in (tmp_path / "p" / "README.md").read_text()
     assert policy.config == loaded.config
+
+
+def test_train_policy_fits_one_head_per_collect_folder(task, tmp_path):
+    """A greedy folder and a T=1 replayed one give a policy with two heads, each scored on its own prompts."""
+    target, drafter = tiny_pair()
+    sampled = dataclasses.replace(CONFIG, replay=True, temperature=1.0)
+    collect(target, oracle_factory(drafter), synthetic_items(24, seed=0), tmp_path / "t1", sampled, drafter)
+    assert read_records(tmp_path / "t1")[0].temperature == 1.0
+    config = FitConfig(heldout_fraction=0.25, epochs=50)
+    policy = train_policy([tmp_path / "t1", task.train_dir], tmp_path / "p", config, cost=SYNTHETIC_COST)
+    assert policy.config.temperatures == [0.0, 1.0] and len(policy.heads) == 2
+    names = [r.name for r in policy.config.results]
+    assert "blockpilot regret vs oracle at T=0" in names and "blockpilot regret vs oracle at T=1" in names
+    assert "temperature(s) 0, 1, one head each" in (tmp_path / "p" / "README.md").read_text()
+    # Each head is the one a single-folder fit gives.
+    alone = train_policy([task.train_dir], tmp_path / "p0", config, cost=SYNTHETIC_COST)
+    assert torch.equal(policy.heads[0].mlp[-1].weight, alone.heads[0].mlp[-1].weight)
+    with pytest.raises(ValueError, match="share a temperature"):
+        train_policy([task.train_dir, task.train_dir], tmp_path / "p2", config, cost=SYNTHETIC_COST)
 
 
 def test_cli_train_and_evaluate_with_plots(task, tmp_path, capsys):

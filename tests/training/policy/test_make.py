@@ -52,7 +52,7 @@ def test_make_policy_writes_a_complete_folder(made):
     assert DFlashDrafter.from_pretrained(drafter_dir).config.mask_token_id == QWEN3_MASK_ID
 
     card = huggingface_hub.ModelCard.load(out / "README.md")
-    assert {r.metric_name for r in card.data.eval_results} >= {"blockpilot regret vs oracle"}
+    assert {r.metric_name for r in card.data.eval_results} >= {"blockpilot regret vs oracle at T=0"}
     text = card.text
     for row in ("| blockpilot |", "| oracle |", "| best-fixed:", "| training-size:8", "| prompt lookup (transformers"):
         assert row in text, row
