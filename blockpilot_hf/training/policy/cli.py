@@ -140,7 +140,7 @@ COMMANDS = (
     ),
     Command(
         "train-policy",
-        "fit a BlockPilot head on a collect folder",
+        "fit a BlockPilot policy on collect folders (one head per temperature)",
         run_train,
         (TrainPolicyJob, FitConfig),
         positional=("collect_dir",),
