@@ -152,6 +152,7 @@ def grow(drafter: DFlashDrafter, num_layers: int) -> DFlashDrafter:
         return drafter
     config = copy.deepcopy(drafter.config)
     config.num_hidden_layers = num_layers
+    config.layer_types = [*config.layer_types, *config.layer_types[-1:] * (num_layers - have)]  # new: as the last
     grown = DFlashDrafter(config).to(torch.float32)
     loaded = grown.load_state_dict(drafter.state_dict(), strict=False)
     new = {k for k in grown.state_dict() if k.startswith("layers.") and int(k.split(".")[1]) >= have}

@@ -220,6 +220,8 @@ def test_a_deeper_warm_start_grows_the_drafter_and_drafts_exactly_as_it_did(tmp_
     after.square().sum().backward()
     assert grown.layers[2].self_attn.o_proj.weight.grad.abs().sum() > 0
     assert grown.layers[2].mlp.down_proj.weight.grad.abs().sum() > 0
+    grown.save_pretrained(tmp_path / "grown")  # its config stays consistent (one layer type per layer)
+    assert DFlashDrafter.from_pretrained(tmp_path / "grown").config.num_hidden_layers == 3
     with pytest.raises(ValueError, match="has 2 layers but the config asks for 1; a warm start keeps or adds layers"):
         make_drafter(DrafterTrainingConfig(init_from=str(tmp_path / "start"), num_layers=1, block_size=4), target)
 
