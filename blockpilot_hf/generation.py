@@ -185,6 +185,14 @@ def dflash_decoding(
     return sequences
 
 
+def sampling_kwargs(temperature: float) -> dict:
+    """`generate` arguments that decode greedily at temperature 0 and otherwise sample the full distribution at
+    `temperature` (top-k and top-p off, whatever the model's generation config sets)."""
+    if temperature > 0:
+        return dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+    return dict(do_sample=False)
+
+
 def _pad_token_id(generation_config) -> int:
     """The id plain `generate` writes after a row's end: the pad token, else the first EOS id."""
     if generation_config.pad_token_id is not None:

@@ -20,6 +20,7 @@ import torch
 
 from ..data import Prompt, chat_input_ids
 from ..decoding.stats import device_clock
+from ..generation import sampling_kwargs
 from ..jsonl import JsonlWriter
 from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, TREE, BenchConfig, fixed_arm
 from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw, weights_fingerprint
@@ -115,9 +116,7 @@ def _peak_memory(device: torch.device) -> int:
 def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: BenchConfig) -> dict:
     """Arguments of `target.generate` for one arm. Sampling reads the full distribution at `temperature`
     (top-k and top-p off), so every arm samples the same law."""
-    kwargs: dict = dict(do_sample=temperature > 0, return_dict_in_generate=True)
-    if temperature > 0:
-        kwargs.update(temperature=temperature, top_k=0, top_p=1.0)
+    kwargs: dict = dict(return_dict_in_generate=True, **sampling_kwargs(temperature))
     pad = models.target.generation_config.pad_token_id
     if pad is None:
         kwargs["pad_token_id"] = getattr(models.tokenizer, "pad_token_id", None) or models.tokenizer.eos_token_id

@@ -29,7 +29,7 @@ from ...decoding.engine import Prefill
 from ...decoding.shape import DraftShape
 from ...decoding.stats import device_clock
 from ...drafter import DFlashDrafter
-from ...generation import enable
+from ...generation import enable, sampling_kwargs
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
 from ..drafter.target_features import target_pass
@@ -88,11 +88,11 @@ def plain_answer(
 ) -> tuple[torch.Tensor, float]:
     """Plain `generate` (1, T+N) and its seconds: the reference every candidate is checked or replayed on.
     Greedy at temperature 0; else one sample of the full distribution at `temperature`, as bench samples."""
-    sampling = dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0) if temperature > 0 else {}
-    torch.manual_seed(seed)
+    if temperature > 0:
+        torch.manual_seed(seed)
     start = device_clock(target.device)
     with torch.inference_mode():
-        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, **{"do_sample": False, **sampling})
+        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, **sampling_kwargs(temperature))
     return plain, device_clock(target.device) - start
 
 
