@@ -18,6 +18,8 @@ import torch
 
 from .acceptance import ScoreFn, target_choice
 
+TREE_TOP_K = 8  # tokens per position a tree may branch into
+
 
 @dataclass
 class DraftTree:
@@ -45,16 +47,21 @@ class DraftTree:
         return mask
 
 
-def build_tree(draft_logits: torch.Tensor, budget: int, top_k: int = 8) -> DraftTree:
-    """The `budget` most probable continuations of (D, V) per-position draft logits, as a prefix-closed tree.
+def build_tree(draft_logits: torch.Tensor, budget: int, top_k: int = TREE_TOP_K) -> DraftTree:
+    """The `budget` most probable continuations of (D, V) per-position draft logits, as a prefix-closed tree."""
+    logp = torch.log_softmax(draft_logits.float(), dim=-1)
+    values, indices = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # (D, K)
+    return grow_tree(values.tolist(), indices.tolist(), budget)
+
+
+def grow_tree(values: list[list[float]], indices: list[list[int]], budget: int) -> DraftTree:
+    """The tree of `budget` nodes from each position's top log-probs `values` (D, K), best first, and their
+    tokens `indices` (D, K).
 
     Best-first expansion: a heap of frontier nodes scored by their path's log-probability; taking a node
     offers its next sibling (the next-ranked token at the same depth) and its first child (the top token one
-    position deeper). With budget D and top_k 1 this is the argmax chain.
+    position deeper). With budget D and K = 1 this is the argmax chain.
     """
-    logp = torch.log_softmax(draft_logits.float(), dim=-1)
-    values, indices = logp.topk(min(top_k, logp.shape[-1]), dim=-1)  # (D, K)
-    values, indices = values.tolist(), indices.tolist()
     depth_limit, k = len(values), len(values[0]) if values else 0
     tree = DraftTree([], [], [])
     frontier = [(-values[0][0], 0, 0, 0)] if depth_limit and budget > 0 else []  # (-score, parent, depth, rank)

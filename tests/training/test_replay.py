@@ -11,6 +11,7 @@ import torch
 import torch.nn.functional as F
 
 from blockpilot_hf.decoding.shape import DraftShape
+from blockpilot_hf.decoding.tree import DraftTree
 from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt, synthetic_items
 from blockpilot_hf.training.drafter.target_features import target_pass
 from blockpilot_hf.training.policy.collect import (
@@ -24,11 +25,13 @@ from blockpilot_hf.training.policy.collect import (
 from blockpilot_hf.training.policy.collected import read_records
 from blockpilot_hf.training.policy.config import CollectConfig, FitConfig
 from blockpilot_hf.training.policy.fit import fit_policy
-from blockpilot_hf.training.replay import block_logits, replay_shape, walk
+from blockpilot_hf.training.replay import block_logits, replay_shape, tree_matches, walk
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
-CANDIDATES = dict(block_sizes=[2, 4, 8], shapes=["1+lookup7", "4+lookup4", "8+lookup7"])
+CANDIDATES = dict(
+    block_sizes=[2, 4, 8], shapes=["1+lookup7", "4+lookup4", "8+lookup7", "4+tree6", "8+tree12", "8+tree10+lookup7"]
+)
 
 
 def taught_drafter(target, drafter, tokens: torch.Tensor, start: int, steps: int = 40):
@@ -55,7 +58,8 @@ def taught_drafter(target, drafter, tokens: torch.Tensor, start: int, steps: int
     ids=["random", "repetitive"],
 )
 def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
-    """Every chain and lookup shape, up to the length limit (where blocks shrink): same steps, same features."""
+    """Every chain, tree and lookup shape, up to the length limit (where blocks shrink): same steps, same
+    features."""
     target, drafter = greedy_pair()
     answer = plain_greedy(target, prompt, max_new_tokens)[0]
     drafter = taught_drafter(target, drafter, answer, prompt.shape[1])
@@ -70,8 +74,9 @@ def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
         assert got.candidate == want.candidate
         assert got.acceptance_lengths == want.acceptance_lengths, str(want.candidate)
         assert got.new_tokens == want.new_tokens and got.total_time == 0.0
-    # Not vacuous: the drafter's chains and the copies both get drafts accepted.
+    # Not vacuous: the drafter's chains, its trees and the copies all get drafts accepted.
     assert decoded.run(8).tau > 2.0 and decoded.run(DraftShape.parse("1+lookup7")).tau > 1.2
+    assert decoded.run(DraftShape.parse("8+tree12")).tau > 2.0
 
 
 @pytest.mark.parametrize(
@@ -110,7 +115,8 @@ def test_sampled_replay_equals_sampled_decoding(prompt, max_new_tokens):
         )
         assert torch.equal(out.sequences[0], answer)
         assert out.blockpilot.acceptance_lengths == run.acceptance_lengths, str(run.candidate)
-    assert replayed.run(8).tau > 1.1 and replayed.run(DraftShape.parse("4+lookup4")).tau > 1.1  # drafts accepted
+    accepted = [replayed.run(DraftShape.parse(c)).tau for c in ("8", "4+lookup4", "8+tree12")]
+    assert min(accepted) > 1.1  # drafts accepted
     assert [r.acceptance_lengths for r in greedy.runs] != [r.acceptance_lengths for r in replayed.runs]
 
 
@@ -131,7 +137,15 @@ def test_walk_and_lookup_rules():
     asked.clear()
     assert replay_shape(chain, tokens, 2, 9, lambda p, k: asked.append((p, k)) or 0) == [1] * 6
     assert asked == [(2, 4), (3, 4), (4, 4), (5, 3), (6, 2)]  # blocks shrink to the room; none at room 1
-    with pytest.raises(ValueError, match="trees are not replayed"):
+    # A tree of the drafter's best continuations, with the copy as one more branch: the walk follows whichever
+    # branch holds the answer's tokens.
+    tree = DraftTree([2, 7, 3], [0, 0, 1], [1, 1, 2])  # anchor -> 2 -> 3, anchor -> 7
+    assert tree_matches(tree, tokens, 0) == 2 and tree_matches(tree, tokens, 1) == 0
+    trees = []
+    shape = DraftShape.parse("4+tree3+lookup3")
+    lengths = replay_shape(shape, tokens, 3, 9, lambda p, k: 0, lambda p, k, b: trees.append((p, k, b)) or tree)
+    assert lengths == [4, 1] and trees == [(3, 4, 3)]  # the copy's branch [2, 3, 1] is right; then no room
+    with pytest.raises(ValueError, match=r"replaying a tree needs the drafter's trees"):
         replay_shape(DraftShape.parse("4+tree8"), tokens, 0, 9, lambda p, k: 0)
 
 
@@ -152,11 +166,6 @@ def test_a_replayed_folder_needs_a_cost_model(tmp_path):
         fit_policy(meta, records, FitConfig(epochs=2), SYNTHETIC_COST)
     cost = dataclasses.replace(SYNTHETIC_COST, shapes={"4+lookup4": 1.2e-3})
     assert fit_policy(meta, records, FitConfig(epochs=2), cost).config.cost == cost
-
-
-def test_replay_refuses_tree_shapes():
-    with pytest.raises(ValueError, match=r"--replay replays chains and prompt lookup only.*8\+tree16"):
-        CollectConfig(shapes=["8+tree16", "1+lookup4"], replay=True)
 
 
 def test_sampled_collect_needs_replay():

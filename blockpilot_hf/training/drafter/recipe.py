@@ -231,9 +231,9 @@ def replay(
     features = target_out.features
     tokens = seq.tokens.to(features.device)
     anchors = torch.arange(seq.response_start, len(tokens) - 1, device=features.device)
-    matched, first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, block_size)
-    matched_at = matched.tolist()  # one device->host copy, not one per step
-    return walk(seq.response_start, len(tokens), lambda p: matched_at[p - seq.response_start]), first
+    drafts = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, block_size)
+    matched_at = drafts.matched.tolist()  # one device->host copy, not one per step
+    return walk(seq.response_start, len(tokens), lambda p: matched_at[p - seq.response_start]), drafts.first
 
 
 def first_draft_acceptance(

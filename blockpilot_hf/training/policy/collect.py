@@ -28,6 +28,7 @@ from ...constants import portable_id
 from ...decoding.engine import Prefill
 from ...decoding.shape import DraftShape
 from ...decoding.stats import device_clock
+from ...decoding.tree import TREE_TOP_K, DraftTree, grow_tree
 from ...drafter import DFlashDrafter
 from ...generation import enable, sampling_kwargs
 from ...policy.cost import device_name
@@ -147,12 +148,12 @@ def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: Col
     with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
         target.generate(input_ids=input_ids, assistant_model=model, block_policy=recorder, max_new_tokens=1)
     start, tokens = input_ids.shape[1], plain[0]
-    matches = chain_matcher(target, model, tokens, start, {shape.block_size for shape in config.candidates})
+    matches, tree_at = answer_drafts(target, model, tokens, start, config.candidates)
     max_length = start + config.max_new_tokens
     runs = [
         SizeRun(
             shape.block_size,
-            replay_shape(shape, tokens, start, max_length, matches),
+            replay_shape(shape, tokens, start, max_length, matches, tree_at),
             len(tokens) - start,
             0.0,
             0.0,
@@ -165,33 +166,45 @@ def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: Col
     return _record(item, plain, plain_time, recorder.features, runs)
 
 
-def chain_matcher(
-    target, drafter: DFlashDrafter, tokens: torch.Tensor, start: int, sizes: set[int]
-) -> Callable[[int, int], int]:
-    """`matches(p, k)`: how many argmax drafts of a block of k anchored at position p (>= `start`) equal `tokens`
-    (S,), from one teacher-forced target pass. A block size in `sizes` costs one batched drafter pass over every
-    anchor, when first asked; a block shrunk by the length limit is drafted at its one anchor only."""
+def answer_drafts(
+    target, drafter: DFlashDrafter, tokens: torch.Tensor, start: int, candidates: list[DraftShape]
+) -> tuple[Callable[[int, int], int], Callable[[int, int, int], DraftTree]]:
+    """`matches(p, k)`, how many argmax drafts of a block of k anchored at position p (>= `start`) equal `tokens`
+    (S,), and `tree_at(p, k, budget)`, the draft tree decoding grows there, from one teacher-forced target pass.
+    A candidate's block size costs one batched drafter pass over every anchor, when first asked; a block shrunk
+    by the length limit is drafted at its one anchor only."""
     with torch.inference_mode():
         features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
     embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
     vocab_ids = drafter.draft_vocab_ids
     if vocab_ids is not None:
         head = head[vocab_ids.to(head.device)]
+    sizes = {shape.block_size for shape in candidates}
+    top_k = TREE_TOP_K if any(shape.tree_budget for shape in candidates) else 0
 
-    def drafted(anchors: torch.Tensor, k: int) -> list[int]:
+    def drafted(anchors: torch.Tensor, k: int) -> list[tuple[int, list, list]]:
+        """Per anchor: matching argmax drafts, and each position's top log-probs and token ids (empty: no trees)."""
         with torch.inference_mode():
-            return draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, k)[0].tolist()
+            drafts = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, k, top_k)
+        matched = drafts.matched.tolist()
+        if not top_k:
+            return [(m, [], []) for m in matched]
+        return list(zip(matched, drafts.top_logp.tolist(), drafts.top_ids.tolist(), strict=True))
 
-    by_size: dict[int, list[int]] = {}
+    by_size: dict[int, list[tuple[int, list, list]]] = {}
 
-    def matches(p: int, k: int) -> int:
+    def at(p: int, k: int) -> tuple[int, list, list]:
         if k not in sizes:
             return drafted(torch.tensor([p], device=tokens.device), k)[0]
         if k not in by_size:
             by_size[k] = drafted(torch.arange(start, len(tokens) - 1, device=tokens.device), k)
         return by_size[k][p - start]
 
-    return matches
+    def tree_at(p: int, k: int, budget: int) -> DraftTree:
+        _, logp, ids = at(p, k)
+        return grow_tree(logp, ids, budget)
+
+    return (lambda p, k: at(p, k)[0]), tree_at
 
 
 def _record(item: CollectItem, plain: torch.Tensor, plain_time: float, features, runs: list[SizeRun]) -> PromptRecord:

@@ -35,7 +35,7 @@ class CollectConfig:
         default=False,
         metadata={
             "help": "replay every candidate on the plain answer instead of decoding with it: same acceptance, "
-            "several times faster, no timings (train-policy then needs --cost-from); chains and lookup shapes only"
+            "several times faster, no timings (train-policy then needs --cost-from)"
         },
     )
     temperature: float = field(
@@ -63,11 +63,6 @@ class CollectConfig:
                 f"--shapes {self.shapes}: plain block sizes belong in --block-sizes; a shape adds +treeN and/or +lookupK."
             )
         self.shapes = [str(s) for s in shapes]
-        trees = [str(s) for s in shapes if s.tree_budget]
-        if self.replay and trees:
-            raise ValueError(
-                f"--replay replays chains and prompt lookup only; decode the tree shapes {trees} (drop --replay)."
-            )
 
     @property
     def candidates(self) -> list[DraftShape]:
