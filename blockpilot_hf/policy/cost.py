@@ -1,11 +1,12 @@
 """Cost of a decoding step per block size, measured on the user's hardware, and the throughput-aware choice.
 
-    blockpilot calibrate --target smollm2 --drafter DRAFTER_DIR
+    blockpilot calibrate --target smollm2 --drafter DRAFTER_DIR --shapes 8+tree12,1+lookup7 --prompts gsm8k:policy
 
 Verifying a longer block costs more (about 2.3x one token for 16 tokens with a 135M model on 2 CPU cores), so the
 size with the highest acceptance length is not the fastest one. Expected tokens per second at size b is
-tau(b) / cost(b); a calibration measures cost(b) with a short real run and caches it per device, models and
-dtype under the blockpilot cache; a policy falls back to the cost model stored with it.
+tau(b) / cost(b); a calibration measures cost(b), and the cost of tree and lookup shapes, with short real runs
+and caches it per device, models and dtype under the blockpilot cache; a policy falls back to the cost model
+stored with it.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pathlib import Path
 from typing import TypeVar
 
 import torch
+from tqdm.auto import tqdm
 
 from ..constants import CACHE_HOME
 from ..decoding.shape import DraftShape
@@ -97,34 +99,59 @@ def load_calibration(target, drafter) -> CostModel | None:
 
 @torch.no_grad()
 def calibrate(
-    target, drafter, sizes: Sequence[int], prompt_tokens: int = 64, steps: int = 6, save: bool = True
+    target,
+    drafter,
+    candidates: Sequence[int | str | DraftShape],
+    prompts: Sequence[torch.Tensor] | None = None,
+    new_tokens: int = 48,
+    rounds: int = 3,
+    save: bool = True,
 ) -> CostModel:
-    """Measure seconds per step at each block size with short real engine runs (median over steps).
+    """Measure seconds per step of each candidate (block size or draft shape) with real engine runs.
 
-    Runs the engine itself, so the measured step is exactly what decoding pays: one drafter pass (none for
-    size 1) plus one target forward over the block, at a realistic cache length."""
+    Each round decodes every prompt (1, T) with every candidate, in an order that rotates so that load on a
+    shared machine falls on all alike. A run's cost is its mean seconds per step (draft + verify, what decoding
+    pays), and a candidate's the median over runs. Prompt lookup copies only where the text repeats, so lookup
+    shapes need real `prompts`; the default is one random prompt of 192 tokens. Size 1 is always timed."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
     from transformers.generation.stopping_criteria import MaxLengthCriteria
 
     from ..decoding.engine import speculative_generate
 
-    vocab = target.get_input_embeddings().weight.shape[0]
-    g = torch.Generator().manual_seed(0)
-    input_ids = torch.randint(0, vocab, (1, prompt_tokens), generator=g).to(target.device)
-    measured: dict[int, list[float]] = {}
-    for size in [min(sizes)] + list(sizes):  # the first run warms up kernels and allocators; it is overwritten
-        max_length = prompt_tokens + 1 + steps * size
+    shapes = sorted({DraftShape(1), *(DraftShape.parse(c) for c in candidates)})
+    if prompts is None:
+        if any(shape.lookup_tokens for shape in shapes):
+            raise ValueError(
+                "Timing prompt-lookup shapes needs real prompts (`prompts=`, `blockpilot calibrate --prompts`): "
+                "on random tokens lookup never copies, so its cost would be the drafter's."
+            )
+        vocab = target.get_input_embeddings().weight.shape[0]
+        prompts = [torch.randint(0, vocab, (1, 192), generator=torch.Generator().manual_seed(0))]
+
+    def mean_step_seconds(shape: DraftShape, prompt: torch.Tensor) -> float:
+        prompt = prompt.to(target.device)
+        max_length = prompt.shape[1] + new_tokens
         _, stats = speculative_generate(
             target,
             drafter,
-            input_ids,
-            block_size=size,
+            prompt,
+            block_size=shape.block_size,
+            tree_budget=shape.tree_budget,
+            lookup_tokens=shape.lookup_tokens,
             logits_processor=LogitsProcessorList(),
             stopping_criteria=StoppingCriteriaList([MaxLengthCriteria(max_length)]),
             max_length=max_length,
             do_sample=False,
         )
-        measured[size] = [s.draft_time + s.verify_time for s in stats.steps if s.block_size == size]
+        return statistics.fmean(s.draft_time + s.verify_time for s in stats.steps)
+
+    mean_step_seconds(shapes[-1], prompts[0])  # warms up kernels and allocators; not counted
+    measured: dict[DraftShape, list[float]] = {shape: [] for shape in shapes}
+    runs = [(r, prompt) for r in range(rounds) for prompt in prompts]
+    for i, (r, prompt) in enumerate(tqdm(runs, desc="calibrate", unit="prompt", disable=len(runs) < 2)):
+        turn = (i + r) % len(shapes)
+        for shape in shapes[turn:] + shapes[:turn]:
+            measured[shape].append(mean_step_seconds(shape, prompt))
     cost = cost_from_steps(measured, device_name(target.device), "calibrated")
     if save:
         path = calibration_path(target, drafter)

@@ -129,8 +129,9 @@ def test_resolve_errors(task, pair, tmp_path):
 def test_calibration_is_cached_and_preferred(task, pair):
     target, drafter = pair
     assert load_calibration(target, drafter) is None
-    cost = calibrate(target, drafter, [1, 2, 4, 8], steps=2)
+    cost = calibrate(target, drafter, [2, 4, 8, "4+tree6"], new_tokens=6, rounds=2)
     assert cost.block_sizes == [1, 2, 4, 8] and all(s > 0 for s in cost.seconds) and cost.source == "calibrated"
+    assert list(cost.shapes) == ["4+tree6"] and cost.shapes["4+tree6"] > 0
     assert load_calibration(target, drafter) == cost
     policy = BlockPolicy.from_pretrained(task.policy_dir)
     chooser = resolve_block_policy(policy, None, drafter, target)
@@ -138,6 +139,16 @@ def test_calibration_is_cached_and_preferred(task, pair):
     assert policy.cost_model == policy.config.cost  # ... used without installing it in the user's policy
     assert policy.use_cost_model(cost).cost_model == cost
     assert policy.use_cost_model(None).cost_model == policy.config.cost
+
+
+def test_calibrating_prompt_lookup_needs_real_prompts(pair):
+    """On random tokens lookup never copies: its cost would silently be the drafter's, so it is refused; on a
+    text that repeats it runs."""
+    target, drafter = pair
+    with pytest.raises(ValueError, match="Timing prompt-lookup shapes needs real prompts"):
+        calibrate(target, drafter, [2, "1+lookup4"], save=False)
+    cost = calibrate(target, drafter, ["1+lookup4"], [torch.arange(2, 6).repeat(1, 4)], 6, 1, save=False)
+    assert cost.block_sizes == [1] and cost.shapes["1+lookup4"] > 0
 
 
 def test_generate_leaves_the_users_policy_untouched(task, pair):

@@ -10,8 +10,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from blockpilot_hf import BlockPolicy
+from blockpilot_hf.cli import main
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.decoding.tree import DraftTree
+from blockpilot_hf.jsonfile import save_json
 from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt, synthetic_items
 from blockpilot_hf.training.drafter.target_features import target_pass
 from blockpilot_hf.training.policy.collect import (
@@ -166,6 +169,21 @@ def test_a_replayed_folder_needs_a_cost_model(tmp_path):
         fit_policy(meta, records, FitConfig(epochs=2), SYNTHETIC_COST)
     cost = dataclasses.replace(SYNTHETIC_COST, shapes={"4+lookup4": 1.2e-3})
     assert fit_policy(meta, records, FitConfig(epochs=2), cost).config.cost == cost
+    # A calibration file (what `blockpilot calibrate` caches) prices them too.
+    save_json(cost, tmp_path / "calibration.json")
+    main(
+        [
+            "train-policy",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "policy"),
+            "--cost-from",
+            str(tmp_path / "calibration.json"),
+            "--epochs",
+            "2",
+        ]
+    )
+    assert BlockPolicy.from_pretrained(tmp_path / "policy").config.cost == cost
 
 
 def test_sampled_collect_needs_replay():

@@ -74,14 +74,24 @@ def run_collect(job: CollectJob, config: CollectConfig) -> None:
     print(f"process {state.process_index}: collected {len(new)} new prompts into {job.out}")
 
 
+def load_cost_model(name: str):
+    """The `CostModel` in a calibration file (`blockpilot calibrate` prints its path), or the one a policy (folder,
+    Hub id, 'embedded') stores."""
+    from ...embedded import load_policy
+    from ...jsonfile import load_json
+    from ...policy.config import CostModel
+
+    if name.endswith(".json"):
+        return load_json(CostModel, Path(name))
+    return load_policy(name).config.cost
+
+
 def run_train(job: TrainPolicyJob, config: FitConfig) -> None:
     from .fit import train_policy
 
     cost = None
     if job.cost_from:
-        from ...embedded import load_policy
-
-        cost = checked("--cost-from", load_policy, job.cost_from).config.cost
+        cost = checked("--cost-from", load_cost_model, job.cost_from)
     folders = [Path(part.strip()) for part in job.collect_dir.split(",") if part.strip()]
     policy = train_policy(folders, Path(job.out), config, cost)
     print(f"wrote {job.out} ({policy.num_parameters():,} parameters)")
@@ -117,12 +127,19 @@ def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitC
 
 def run_calibrate(config: CalibrateConfig) -> None:
     drafter_dir = drafter_folder(config.drafter)  # before the target loads: a wrong path fails at once
-    from ...policy.cost import calibrate, calibration_path
+    import torch
 
-    target, _, drafter = _load_pair(config.target, drafter_dir, config.dtype)
-    cost = calibrate(target, drafter, config.block_sizes, steps=config.steps)
+    from ...policy.cost import calibrate, calibration_path
+    from .collect import items_from_prompts
+
+    target, tokenizer, drafter = _load_pair(config.target, drafter_dir, config.dtype)
+    prompts = None
+    if config.prompts:
+        items = items_from_prompts(tokenizer, config.prompts, config.limit)
+        prompts = [torch.tensor([item.input_ids]) for item in items]
+    cost = calibrate(target, drafter, config.candidates, prompts, config.new_tokens, config.rounds)
     print(json.dumps(dataclasses.asdict(cost), indent=2))
-    print(f"cached at {calibration_path(target, drafter)}")
+    print(f"cached at {calibration_path(target, drafter)} (train-policy --cost-from takes this file)")
 
 
 COMMANDS = (

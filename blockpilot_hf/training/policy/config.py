@@ -17,6 +17,19 @@ TARGET_HELP = "target: 'smollm2' (embedded), a causal LM folder or a Hub id"
 DRAFTER_HELP = "DFlash drafter folder or Hub id; 'embedded' = the shipped SmolLM2 drafter"
 
 
+def check_prompts(spec: str, limit: int | None) -> None:
+    """Refuse a `--prompts` list naming an unknown source or split, and a `--limit` below 1."""
+    for part in spec.split(","):
+        source, _, split = part.strip().partition(":")
+        split = split or "policy"
+        if source in SPLITS and split not in SPLITS[source]:
+            raise ValueError(f"--prompts: {source!r} has no {split!r} split; it has {sorted(SPLITS[source])}.")
+        if source not in SPLITS and not source.endswith(".jsonl"):
+            raise ValueError(f"--prompts: unknown source {source!r}; use one of {sorted(SPLITS)} or a .jsonl file.")
+    if limit is not None and limit < 1:
+        raise ValueError(f"--limit must be >= 1, got {limit}.")
+
+
 @dataclass
 class CollectConfig:
     """Settings of a collect run (the CLI flags are built from these fields)."""
@@ -91,15 +104,7 @@ class CollectJob:
     out: str = field(metadata={"help": "collect folder (resumable)"})
 
     def __post_init__(self) -> None:
-        for part in self.prompts.split(","):
-            source, _, split = part.strip().partition(":")
-            split = split or "policy"
-            if source in SPLITS and split not in SPLITS[source]:
-                raise ValueError(f"--prompts: {source!r} has no {split!r} split; it has {sorted(SPLITS[source])}.")
-            if source not in SPLITS and not source.endswith(".jsonl"):
-                raise ValueError(f"--prompts: unknown source {source!r}; use one of {sorted(SPLITS)} or a .jsonl file.")
-        if self.limit is not None and self.limit < 1:
-            raise ValueError(f"--limit must be >= 1, got {self.limit}.")
+        check_prompts(self.prompts, self.limit)
         if self.turns < 1:
             raise ValueError(f"--turns must be >= 1, got {self.turns}.")
 
@@ -161,8 +166,9 @@ class TrainPolicyJob:
     cost_from: str | None = field(
         default=None,
         metadata={
-            "help": "policy folder, Hub id or 'embedded' whose step-cost model prices the candidates (needed for a "
-            "folder collected with --replay); unset = the collect folder's own timings"
+            "help": "a calibration file (`blockpilot calibrate` prints it), or a policy folder, Hub id or 'embedded' "
+            "whose stored cost model prices the candidates (needed for a folder collected with --replay); unset = "
+            "the collect folder's own timings"
         },
     )
 
@@ -178,14 +184,23 @@ class EvaluatePolicyConfig:
 
 @dataclass(kw_only=True)
 class CalibrateConfig:
-    """What `blockpilot calibrate` times: the step cost of a target + drafter pair at each block size."""
+    """What `blockpilot calibrate` times: the step cost of a target + drafter pair per block size and shape."""
 
     target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
     drafter: str = field(default=EMBEDDED, metadata={"help": DRAFTER_HELP})
     block_sizes: list[int] = field(
         default_factory=lambda: CollectConfig().block_sizes, metadata={"help": "block sizes to time"}
     )
-    steps: int = field(default=6, metadata={"help": "timed steps per size"})
+    shapes: list[str] = field(
+        default_factory=list, metadata={"help": "tree / prompt-lookup draft shapes to time as well (lookup: --prompts)"}
+    )
+    prompts: str | None = field(
+        default=None,
+        metadata={"help": "source:split list to time on, as collect takes it; unset = one random prompt"},
+    )
+    limit: int = field(default=2, metadata={"help": "prompts per source"})
+    new_tokens: int = field(default=48, metadata={"help": "tokens generated per run"})
+    rounds: int = field(default=3, metadata={"help": "runs per prompt and candidate, interleaved (median)"})
     dtype: str = field(
         default="float32", metadata={"help": "model dtype to time in (float32, bfloat16, float16); cached per dtype"}
     )
@@ -195,5 +210,18 @@ class CalibrateConfig:
         self.block_sizes = sorted({int(b) for b in self.block_sizes})
         if not self.block_sizes or self.block_sizes[0] < 1:
             raise ValueError(f"--block-sizes must be >= 1, got {self.block_sizes}.")
-        if self.steps < 1:
-            raise ValueError(f"--steps must be >= 1, got {self.steps}.")
+        self.shapes = [str(DraftShape.parse(s)) for s in self.shapes]
+        if self.prompts is not None:
+            check_prompts(self.prompts, self.limit)
+        elif any(DraftShape.parse(s).lookup_tokens for s in self.shapes):
+            raise ValueError(
+                f"--shapes {','.join(self.shapes)}: timing prompt lookup needs --prompts (on random tokens it never "
+                "copies), e.g. --prompts gsm8k:policy,humaneval:policy,mt-bench:policy."
+            )
+        for name in ("new_tokens", "rounds"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
+
+    @property
+    def candidates(self) -> list[DraftShape]:
+        return [DraftShape(b) for b in self.block_sizes] + [DraftShape.parse(s) for s in self.shapes]
