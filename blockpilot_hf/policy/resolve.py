@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -133,17 +134,21 @@ class CheckedChooser:
 
 
 TEMPERATURE_TOLERANCE = 0.25  # a head trained this close to the request's temperature is taken as its own
+_WARNED_TEMPERATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # policy -> temperatures warned of
 
 
 def _prepare_policy(policy, drafter, target, draft_sampling: bool, temperature: float) -> CalibratedPolicy:
-    """Check the policy fits this target/drafter, pick this machine's calibration if one is cached, and warn when
-    no head of the policy was trained near the request's temperature (its choices are then a guess)."""
+    """Check the policy fits this target/drafter, pick this machine's calibration if one is cached, and warn (once
+    per policy and temperature) when no head of the policy was trained near the request's temperature (its
+    choices are then a guess)."""
     from .cost import load_calibration
 
     check_policy_compatible(policy.config, target, drafter)
     check_policy_sizes(policy.config, target, drafter, draft_sampling)
     trained = policy.config.temperatures
-    if min(abs(t - temperature) for t in trained) > TEMPERATURE_TOLERANCE:
+    warned = _WARNED_TEMPERATURES.setdefault(policy, set())
+    if min(abs(t - temperature) for t in trained) > TEMPERATURE_TOLERANCE and temperature not in warned:
+        warned.add(temperature)
         logger.warning(
             "block_policy %r was trained at temperature(s) %s but this request decodes at %g: sampling accepts fewer "
             "drafts (copied ones far fewer), so its choices may be slow. Give it a head for this temperature: "

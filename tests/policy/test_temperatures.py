@@ -61,7 +61,10 @@ def test_a_request_far_from_every_head_is_warned_about(task, caplog):
     with caplog.at_level(logging.WARNING, logger="blockpilot_hf.policy.resolve"):
         chosen_size(pinned(task, 0.0, 4))
         assert not caplog.records
-        chosen_size(pinned(task, 0.0, 4), do_sample=True, temperature=1.0)
+        policy = pinned(task, 0.0, 4)
+        for _ in range(2):
+            chosen_size(policy, do_sample=True, temperature=1.0)
+    assert len(caplog.records) == 1  # once per policy and temperature, not on every call
     assert "trained at temperature(s) 0 but this request decodes at 1" in caplog.text
     assert "blockpilot collect --replay --temperature 1" in caplog.text
 
@@ -71,7 +74,7 @@ def test_combining_refuses_repeated_temperatures_and_other_settings(task):
         combine_temperatures([pinned(task, 0.0, 2), pinned(task, 0.0, 8)])
     other = pinned(task, 1.0, 2)
     other.config = dataclasses.replace(other.config, drafter_id="another-drafter")
-    with pytest.raises(ValueError, match="differ in more than their temperature"):
+    with pytest.raises(ValueError, match="differ in more than their temperature: drafter_id. Collect"):
         combine_temperatures([pinned(task, 0.0, 8), other])
     with pytest.raises(ValueError, match=r"temperatures must be distinct values >= 0"):
         dataclasses.replace(task.policy.config, temperatures=[0.0, 0.0])

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import replace
+from dataclasses import fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -152,12 +152,17 @@ def combine_temperatures(policies: list[BlockPolicy]) -> BlockPolicy:
     temps = [t for p in policies for t in p.config.temperatures]
     if len(set(temps)) != len(temps):
         raise ValueError(f"Two collect folders share a temperature ({temps}): pass one folder per temperature.")
+    per_temperature = {"temperatures", "results", "best_fixed_size"}
     for p in policies[1:]:
-        other = replace(p.config, temperatures=first.temperatures, results=first.results, best_fixed_size=None)
-        if other != replace(first, best_fixed_size=None):
+        differing = [
+            f.name
+            for f in fields(first)
+            if f.name not in per_temperature and getattr(p.config, f.name) != getattr(first, f.name)
+        ]
+        if differing:
             raise ValueError(
-                "The collect folders differ in more than their temperature (drafter, candidates, features or cost "
-                "model): collect every temperature with the same settings."
+                f"The collect folders differ in more than their temperature: {', '.join(differing)}. Collect every "
+                "temperature with the same drafter, candidates and features, and train with one --cost-from."
             )
     results = [r for p in policies for r in p.config.results]
     combined = BlockPolicy(replace(first, temperatures=temps, results=results))
