@@ -171,7 +171,7 @@ COMMANDS = (
     ),
     Command(
         "calibrate",
-        "measure step cost per block size on this machine (cached)",
+        "measure step cost per block size and draft shape on this machine (cached)",
         run_calibrate,
         (CalibrateConfig,),
     ),
