@@ -31,28 +31,36 @@ def _small_row_linear(module: nn.Linear, x: torch.Tensor) -> torch.Tensor:
     return y if module.bias is None else y + module.bias
 
 
+COLD_BYTES = 64 * 2**20  # the probe cycles through this many bytes of weights: more than a CPU cache holds
+
+
 @functools.cache
 def weight_first_pays(in_features: int, out_features: int, threads: int) -> bool:
     """Whether (W @ x.T).T beats F.linear by 10% or more on this CPU for float32 products of this weight shape with
     2, 4 and 8 rows (median of 5 samples, once per shape and process). It depends on both: on a 2-core CPU the
-    layout wins 4x for a 49152 x 576 LM head, 1.2x for 576 x 576 with 2 threads, and loses with 1 thread."""
-    weight = torch.randn(out_features, in_features)
+    layout wins 3x for a 49152 x 576 LM head and loses with 1 thread.
+
+    In a forward every weight comes from memory, not from the cache, so the probe cycles through distinct weights
+    worth `COLD_BYTES`: timing one small weight over and over (hot in cache) picked the slower layout for
+    SmolLM2's 576-wide layers in about half of the processes, and verify steps of 2-8 tokens then cost 1.4-1.5x
+    a one-token step instead of 1.0-1.1x."""
+    copies = max(1, COLD_BYTES // (4 * in_features * out_features))
+    weights = torch.randn(copies, out_features, in_features)
     inputs = [torch.randn(rows, in_features) for rows in (2, 4, 8)]
-    calls = max(1, 4_000_000 // weight.numel())  # about the same time per sample for every shape
 
     def median_seconds(product) -> float:
         samples = []
         for _ in range(6):  # the first sample warms up and is dropped
             start = time.perf_counter()
-            for _ in range(calls):
+            for weight in weights:
                 for x in inputs:
-                    product(x)
+                    product(x, weight)
             samples.append(time.perf_counter() - start)
         return statistics.median(samples[1:])
 
     with torch.inference_mode():
-        linear = median_seconds(lambda x: F.linear(x, weight))
-        weight_first = median_seconds(lambda x: (weight @ x.T).T)
+        linear = median_seconds(lambda x, w: F.linear(x, w))
+        weight_first = median_seconds(lambda x, w: (w @ x.T).T)
     return weight_first < 0.9 * linear
 
 
