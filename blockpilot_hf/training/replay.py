@@ -11,8 +11,8 @@ The same walk holds at T > 0 on a sampled answer. The engine's default drafts ar
 trees of the drafter's best continuations, copies), and its point-mass rule draws the target's own token at
 each position and accepts while it equals a draft (a child, in a tree). Decoding with any such shape therefore
 commits a sample of the target's distribution, and each step's length is how far its drafts follow what it
-committed. So replaying every shape on one plain sampled
-answer gives acceptance lengths distributed exactly as sampled decoding with that shape records them.
+committed. So replaying every shape on one plain sampled answer gives acceptance lengths distributed exactly as
+sampled decoding with that shape records them.
 
 Drafter validation replays chains on held-out answers; `blockpilot collect --replay` replays every candidate
 shape of a policy on its prompts.
