@@ -66,6 +66,7 @@ class BenchReport:
     summaries: list[ArmSummary]
     records: list[RunRecord] = field(default_factory=list)
     command: str = ""
+    best_fixed_from: str = "dev prompts"  # or "the policy's training runs" (the fallback without dev prompts)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -121,7 +122,7 @@ def markdown_report(report: BenchReport) -> str:
         f"(trained at block size {meta.training_block_size}), "
         f"policy `{meta.policy}`; {meta.max_new_tokens} new tokens, {meta.dtype} on {env.device}; "
         f"torch {env.torch}, transformers {env.transformers}, blockpilot-hf {env.blockpilot_hf}.",
-        f"Best fixed block size on the dev prompts: {_fmt(report.best_fixed_size, '{}')}. "
+        f"Best fixed block size ({report.best_fixed_from}): {_fmt(report.best_fixed_size, '{}')}. "
         "Speed-up: geometric mean over prompt turns of tokens/s relative to plain `generate` "
         "in the same run.",
     ]
@@ -273,7 +274,8 @@ def build_report(
     """Best fixed size from the dev runs (else `fallback_best_fixed`), plus the derived arms, summarised."""
     from .metrics import choose_best_fixed, summarize, with_derived_arms
 
-    best = choose_best_fixed(r for r in records if r.split == "dev")
-    best = best if best is not None else fallback_best_fixed
+    best, source = choose_best_fixed(r for r in records if r.split == "dev"), "dev prompts"
+    if best is None:
+        best, source = fallback_best_fixed, "the policy's training runs"
     full = with_derived_arms(records, best)
-    return BenchReport(meta, environment, best, summarize(full), full, command)
+    return BenchReport(meta, environment, best, summarize(full), full, command, best_fixed_from=source)

@@ -38,10 +38,19 @@ def test_report_writes_json_markdown_and_plots(tmp_path):
     for heading in ("## gsm8k, T=0", "## gsm8k, T=1", "## humaneval, T=0", "## all, T=1"):
         assert heading in markdown
     assert "| fixed:2 | 1 | 2.00x |" in markdown and "blockpilot bench --limit 1" in markdown
+    assert "Best fixed block size (dev prompts): 2." in markdown
     overview = "| arm | gsm8k T=0 | humaneval T=0 | all T=0 | gsm8k T=1 | humaneval T=1 | all T=1 |"
     assert overview in markdown
     assert "| blockpilot | 1.67x | 1.67x | 1.67x | 1.67x | 1.67x | 1.67x |" in markdown
     assert report.summary("blockpilot").speedup == 1 / 0.6
+
+
+def test_report_says_where_the_best_fixed_size_came_from_without_dev_prompts():
+    """Without dev runs the best fixed size is the policy's (chosen on its training runs), and the report says so."""
+    records = [rec("baseline", "a", 1.0), rec("fixed:2", "a", 0.5), rec("fixed:4", "a", 0.4)]
+    report = build_report(records, META, Environment.capture("cpu"), fallback_best_fixed=2)
+    assert (report.best_fixed_size, report.best_fixed_from) == (2, "the policy's training runs")
+    assert report.summary("best-fixed").speedup == 2.0  # fixed:2, although fixed:4 was faster on this prompt
 
 
 def test_bench_command_parses_lists_into_the_config():
