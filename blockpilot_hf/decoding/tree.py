@@ -128,9 +128,15 @@ def accept_tree(
 
 def keep_cache_positions(cache, past: int, path: list[int]) -> None:
     """Keep the cache entries of positions [0, past], then those of the accepted nodes (in `path` order), and
-    drop the other verified nodes: a gather along the sequence axis of every layer."""
-    keep = torch.cat([torch.arange(past + 1), past + torch.tensor(path, dtype=torch.long)])
-    for layer in cache.layers:
-        index = keep.to(layer.keys.device)
-        layer.keys = layer.keys.index_select(-2, index)
-        layer.values = layer.values.index_select(-2, index)
+    drop the other verified nodes: the accepted rows move up to right after the anchor (a copy of those few rows,
+    not of the whole cache), then the cache is cropped behind them."""
+    keep = past + 1 + len(path)
+    if path:
+        source = past + torch.tensor(path, dtype=torch.long)
+        for layer in cache.layers:
+            index = source.to(layer.keys.device)
+            layer.keys[..., past + 1 : keep, :] = layer.keys.index_select(-2, index)
+            layer.values[..., past + 1 : keep, :] = layer.values.index_select(-2, index)
+    dropped = cache.get_seq_length() - keep
+    if dropped:
+        cache.crop(-dropped)

@@ -105,11 +105,17 @@ def test_gather_keeps_the_prefix_anchor_and_accepted_path():
     cache = DynamicCache(config=target.config)
     with torch.no_grad():
         target(input_ids=random_prompt(0, 9), cache=cache, use_cache=True)  # 3 past + anchor + 5 nodes
-    before = [layer.keys.clone() for layer in cache.layers]
+    before = [(layer.keys.clone(), layer.values.clone()) for layer in cache.layers]
     keep_cache_positions(cache, past=3, path=[2, 4])
     assert cache.get_seq_length() == 6
-    for layer, old in zip(cache.layers, before, strict=True):
-        assert torch.equal(layer.keys, old[:, :, [0, 1, 2, 3, 5, 7]])
+    for layer, (keys, values) in zip(cache.layers, before, strict=True):
+        assert torch.equal(layer.keys, keys[:, :, [0, 1, 2, 3, 5, 7]])
+        assert torch.equal(layer.values, values[:, :, [0, 1, 2, 3, 5, 7]])
+    keep_cache_positions(cache, past=4, path=[1])  # nothing to drop: the anchor and its one node stay
+    assert cache.get_seq_length() == 6
+    keep_cache_positions(cache, past=2, path=[])  # every node rejected: the cache ends at the anchor
+    assert cache.get_seq_length() == 3
+    assert all(torch.equal(layer.keys, keys[:, :, :3]) for layer, (keys, _) in zip(cache.layers, before, strict=True))
 
 
 @FAST
