@@ -275,7 +275,7 @@ def build_report(
     from .metrics import choose_best_fixed, summarize, with_derived_arms
 
     best, source = choose_best_fixed(r for r in records if r.split == "dev"), "dev prompts"
-    if best is None:
+    if best is None and fallback_best_fixed is not None:
         best, source = fallback_best_fixed, "the policy's training runs"
     full = with_derived_arms(records, best)
     return BenchReport(meta, environment, best, summarize(full), full, command, best_fixed_from=source)
