@@ -1,4 +1,4 @@
-"""Why a float32 verify pass of 2-3 tokens costs more than one of 8 on some CPUs: the ladder, its cause, the fix.
+"""Why float32 decoding steps of a few tokens cost more than they should on some CPUs: the ladder, its cause, the fix.
 
     python benchmarks/verify_cost.py                       # the embedded SmolLM2-135M, float32 and bfloat16
     python benchmarks/verify_cost.py --threads 1 --repeats 9 --cache 300
@@ -6,9 +6,9 @@
 (a) The ladder: one target forward over k tokens after a prefilled cache (logits for every position, then the
     k tokens cropped again, as a verify step does), median ms per k and dtype.
 (b) The cause: the same products as the model's linear layers (its real weights) timed as `F.linear(x, W)`
-    (x @ W.T, MKL's transposed-B kernel) and as (W @ x.T).T, per number of rows. Printed, not asserted:
-    timings depend on the machine and its load.
-(c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 2-8 rows
+    (x @ W.T, MKL's transposed-B kernel, a matrix-vector kernel for one row) and as (W @ x.T).T, per number of
+    rows (one row as two, one kept). Printed, not asserted: timings depend on the machine and its load.
+(c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 1-8 rows
     take the (W @ x.T).T layout where a probe says it pays).
 """
 
@@ -21,7 +21,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from blockpilot_hf.decoding.small_rows import small_row_linears
+from blockpilot_hf.decoding.small_rows import small_row_linears, weight_first
 from blockpilot_hf.embedded import load_smollm2
 
 
@@ -50,7 +50,7 @@ def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> 
 
 def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float]]:
     """Median ms of one pass through every distinct linear weight shape of the model (each once), per row count,
-    as x @ W.T and as (W @ x.T).T."""
+    as x @ W.T and as (W @ x.T).T (`weight_first`: one row goes in twice)."""
     weights = {}
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -59,8 +59,8 @@ def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float
     for m in rows:
         xs = [(torch.randn(m, w.shape[1], dtype=w.dtype), w) for w in weights.values()]
         transposed_b = median_ms(lambda xs=xs: [torch.nn.functional.linear(x, w) for x, w in xs], repeats)
-        weight_first = median_ms(lambda xs=xs: [(w @ x.T).T for x, w in xs], repeats)
-        out[m] = (transposed_b, weight_first)
+        layout = median_ms(lambda xs=xs: [weight_first(w, x) for x, w in xs], repeats)
+        out[m] = (transposed_b, layout)
     return out
 
 
@@ -86,8 +86,8 @@ def main() -> None:
         print("\n(b) the model's distinct linear weight shapes, once each, ms\n")
         print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T |\n|---|---|---|---|")
         for name, model in models.items():
-            for m, (plain, weight_first) in layout_ladder(model, sizes, args.repeats).items():
-                print(f"| {name} | {m} | {plain:.1f} | {weight_first:.1f} |")
+            for m, (plain, layout) in layout_ladder(model, sizes, args.repeats).items():
+                print(f"| {name} | {m} | {plain:.1f} | {layout:.1f} |")
         print("\n(c) (a) again inside `small_row_linears` (as the engine runs its passes), ms\n")
         print("| tokens | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
         fixed = {}

@@ -13,12 +13,14 @@ from blockpilot_hf.decoding import small_rows
 from blockpilot_hf.decoding.small_rows import MAX_ROWS, small_row_linears
 from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
 
+ALL_ROWS = frozenset(range(1, MAX_ROWS + 1))
+
 
 @pytest.fixture()
 def layout_pays(monkeypatch):
     """Force the probe's answer, so the tests do not depend on this machine's kernels."""
     answer = {"pays": True}
-    monkeypatch.setattr(small_rows, "weight_first_pays", lambda *shape: answer["pays"])
+    monkeypatch.setattr(small_rows, "fast_rows", lambda *shape: ALL_ROWS if answer["pays"] else frozenset())
     return answer
 
 
@@ -50,10 +52,10 @@ def test_only_float32_cpu_layers_without_their_own_forward_are_touched(layout_pa
 
 
 @settings(deadline=None, max_examples=15, derandomize=True)
-@given(block_size=st.integers(2, 12), prompt_seed=st.integers(0, 10_000), max_new_tokens=st.integers(1, 24))
+@given(block_size=st.integers(1, 12), prompt_seed=st.integers(0, 10_000), max_new_tokens=st.integers(1, 24))
 def test_float32_greedy_output_is_unchanged_with_the_layout(block_size, prompt_seed, max_new_tokens):
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(small_rows, "weight_first_pays", lambda *shape: True)
+        patch.setattr(small_rows, "fast_rows", lambda *shape: ALL_ROWS)
         target = tiny_target(seed=1, dtype=torch.float32)
         drafter = tiny_drafter(target, block_size=8)
         prompt = random_prompt(prompt_seed, 7)
@@ -63,3 +65,24 @@ def test_float32_greedy_output_is_unchanged_with_the_layout(block_size, prompt_s
         )
         assert torch.equal(out, expected)
         assert not any("forward" in m.__dict__ for m in target.modules())  # restored after generate
+
+
+def test_each_row_count_takes_the_layout_its_bucket_was_probed_for(monkeypatch):
+    """A shape whose probe found the layout faster only for one row computes 1 row as `weight_first` (the row
+    twice, one kept) and 2+ rows with F.linear."""
+    monkeypatch.setattr(small_rows, "fast_rows", lambda *shape: frozenset({1}))
+    calls = []
+    real = small_rows.weight_first
+    monkeypatch.setattr(small_rows, "weight_first", lambda w, x: calls.append(x.shape[0]) or real(w, x))
+    layer = nn.Linear(16, 24)
+    with small_row_linears(layer):
+        for rows in (1, 2, 1, 5):
+            torch.testing.assert_close(layer(torch.randn(rows, 16)).shape, torch.Size([rows, 24]))
+    assert calls == [1, 1]
+
+
+def test_the_probe_answers_whole_buckets_of_row_counts():
+    rows = small_rows.fast_rows(8, 8, torch.get_num_threads())
+    buckets = [frozenset(bucket) for bucket, _ in small_rows.ROW_BUCKETS]
+    assert rows <= frozenset(range(1, MAX_ROWS + 1))
+    assert all(bucket <= rows or not bucket & rows for bucket in buckets)
