@@ -1,7 +1,8 @@
-"""Our engine with and without the small-row float32 layout (`decoding/small_rows.py`) against plain `generate`,
-on the embedded default: arms interleaved per prompt, repeated, medians, speed-ups printed.
+"""Our engine with F.linear, with the "columns" kernel alone and with "columns" and "packed" (the default) for its
+small-row float32 products (`decoding/small_rows.py`) against plain `generate`, on the embedded default: arms
+interleaved per prompt, repeated, medians, speed-ups printed.
 
-    python benchmarks/small_rows.py                 # 2 eval prompts per dataset, 3 repeats, ~17 minutes
+    python benchmarks/small_rows.py                 # 2 eval prompts per dataset, 3 repeats, ~35 minutes
     python benchmarks/small_rows.py --limit 4 --repeats 5
 """
 
@@ -30,11 +31,15 @@ def main() -> None:
     arms = {
         "fixed:1": dict(assistant_model=drafter, block_size=1),
         "fixed:4": dict(assistant_model=drafter, block_size=4),
+        "fixed:8": dict(assistant_model=drafter, block_size=8),
         "lookup": dict(assistant_model=drafter, block_size=1, prompt_lookup_num_tokens=10),
-        "8+lookup10": dict(assistant_model=drafter, block_policy="fixed:8+lookup10"),
     }
-    probe = small_rows.fast_rows
-    layouts = {"F.linear": lambda *shape: frozenset(), "small rows": probe}
+    probe = small_rows.fast_kernels
+    layouts = {
+        "F.linear": lambda *shape: {},
+        "columns": lambda *shape: probe(*shape[:3], allow_packed=False),
+        "columns+packed": probe,
+    }
     ratios: dict[str, list[float]] = {}
     identical = total = 0
     prompts = [p for name in ("gsm8k", "humaneval", "mt-bench") for p in load_prompts(name, "eval", args.limit)]
@@ -49,13 +54,13 @@ def main() -> None:
                 for layout, choice in layouts.items()
             ]
             for name, kwargs, choice in runs:
-                small_rows.fast_rows = choice
+                small_rows.fast_kernels = choice
                 start = time.perf_counter()
                 outputs[name] = target.generate(
                     input_ids=input_ids, max_new_tokens=args.max_new_tokens, do_sample=False, **kwargs
                 )
                 times.setdefault(name, []).append(time.perf_counter() - start)
-        small_rows.fast_rows = probe
+        small_rows.fast_kernels = probe
         plain = statistics.median(times["plain"])
         line = []
         for name, runs in times.items():

@@ -6,10 +6,11 @@
 (a) The ladder: one target forward over k tokens after a prefilled cache (logits for every position, then the
     k tokens cropped again, as a verify step does), median ms per k and dtype.
 (b) The cause: the same products as the model's linear layers (its real weights) timed as `F.linear(x, W)`
-    (x @ W.T, MKL's transposed-B kernel, a matrix-vector kernel for one row) and as (W @ x.T).T, per number of
-    rows (one row as two, one kept). Printed, not asserted: timings depend on the machine and its load.
-(c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 1-8 rows
-    take the (W @ x.T).T layout where a probe says it pays).
+    (x @ W.T, MKL's transposed-B kernel, a matrix-vector kernel for one row), as (W @ x.T).T (one row as two,
+    one kept) and as oneDNN's linear on a packed copy of W, per number of rows (float32 only for the last).
+    Printed, not asserted: timings depend on the machine and its load.
+(c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 1-32 rows
+    take the kernel a probe found fastest for their weight shape and row bucket).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import time
 import torch
 from transformers import DynamicCache
 
-from blockpilot_hf.decoding.small_rows import small_row_linears, weight_first
+from blockpilot_hf.decoding.small_rows import pack, packed_linear, small_row_linears, weight_first
 from blockpilot_hf.embedded import load_smollm2
 
 
@@ -48,9 +49,9 @@ def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> 
     return {k: median_ms(lambda k=k: verify(k), repeats) for k in sizes}
 
 
-def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float]]:
+def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float, float]]:
     """Median ms of one pass through every distinct linear weight shape of the model (each once), per row count,
-    as x @ W.T and as (W @ x.T).T (`weight_first`: one row goes in twice)."""
+    as x @ W.T, as (W @ x.T).T (`weight_first`: one row goes in twice) and packed (NaN unless float32)."""
     weights = {}
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -60,7 +61,11 @@ def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float
         xs = [(torch.randn(m, w.shape[1], dtype=w.dtype), w) for w in weights.values()]
         transposed_b = median_ms(lambda xs=xs: [torch.nn.functional.linear(x, w) for x, w in xs], repeats)
         layout = median_ms(lambda xs=xs: [weight_first(w, x) for x, w in xs], repeats)
-        out[m] = (transposed_b, layout)
+        packed = float("nan")
+        if model.dtype == torch.float32:
+            pxs = [(x, pack(w)) for x, w in xs]
+            packed = median_ms(lambda pxs=pxs: [packed_linear(p, x) for x, p in pxs], repeats)
+        out[m] = (transposed_b, layout, packed)
     return out
 
 
@@ -84,10 +89,10 @@ def main() -> None:
         for k in sizes:
             print(f"| {k} | " + " | ".join(f"{ladders[name][k]:.1f}" for name in models) + " |")
         print("\n(b) the model's distinct linear weight shapes, once each, ms\n")
-        print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T |\n|---|---|---|---|")
+        print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T | packed |\n|---|---|---|---|---|")
         for name, model in models.items():
-            for m, (plain, layout) in layout_ladder(model, sizes, args.repeats).items():
-                print(f"| {name} | {m} | {plain:.1f} | {layout:.1f} |")
+            for m, (plain, layout, packed) in layout_ladder(model, sizes, args.repeats).items():
+                print(f"| {name} | {m} | {plain:.1f} | {layout:.1f} | {packed:.1f} |")
         print("\n(c) (a) again inside `small_row_linears` (as the engine runs its passes), ms\n")
         print("| tokens | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
         fixed = {}
