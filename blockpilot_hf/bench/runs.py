@@ -7,6 +7,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
@@ -109,8 +110,9 @@ class BenchMeta:
 
 
 def weights_fingerprint(model: object | None) -> str:
-    """A short hash of a module's parameters and buffers (names, shapes, dtypes, values); "none" for no model, the
-    type's name for a chooser without weights."""
+    """A short hash of a module's parameters and buffers (names, shapes, dtypes, values) and of its config if it
+    has one (a policy's step costs live there); "none" for no model, the type's name for a chooser without
+    weights."""
     if model is None:
         return "none"
     if not isinstance(model, torch.nn.Module):
@@ -119,6 +121,10 @@ def weights_fingerprint(model: object | None) -> str:
     for name, tensor in model.state_dict().items():
         digest.update(f"{name}:{tuple(tensor.shape)}:{tensor.dtype};".encode())
         digest.update(tensor.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes())
+    config = getattr(model, "config", None)
+    if hasattr(config, "to_dict"):
+        fields = {k: v for k, v in config.to_dict().items() if not k.startswith("_") and k != "transformers_version"}
+        digest.update(json.dumps(fields, sort_keys=True, default=str).encode())
     return digest.hexdigest()[:16]
 
 

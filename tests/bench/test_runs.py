@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 
 import torch
 
 from blockpilot_hf.bench.runs import weights_fingerprint
+from blockpilot_hf.constants import EMBEDDED_POLICY_DIR
+from blockpilot_hf.policy import BlockPolicy
 
 
 def test_fingerprint_follows_values_dtype_and_names():
@@ -19,6 +22,17 @@ def test_fingerprint_follows_values_dtype_and_names():
     assert weights_fingerprint(model) != weights_fingerprint(copy.deepcopy(model).to(torch.bfloat16))
     renamed = torch.nn.Sequential(copy.deepcopy(model))  # the same tensors under other names
     assert weights_fingerprint(model) != weights_fingerprint(renamed)
+
+
+def test_fingerprint_follows_the_config_of_a_policy():
+    """Two policies with the same head but other step costs choose differently: a results folder must tell them
+    apart."""
+    policy = BlockPolicy.from_pretrained(EMBEDDED_POLICY_DIR)
+    repriced = copy.deepcopy(policy)
+    assert weights_fingerprint(policy) == weights_fingerprint(repriced)
+    cost = repriced.config.cost
+    repriced.config.cost = dataclasses.replace(cost, seconds=[2 * s for s in cost.seconds])
+    assert weights_fingerprint(policy) != weights_fingerprint(repriced)
 
 
 def test_fingerprint_of_no_model_and_of_a_chooser_without_weights():
