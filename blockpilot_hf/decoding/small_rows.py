@@ -8,7 +8,8 @@ other kernels do better for some row counts:
 - "columns": (W @ x.T).T, one row going in twice and one copy kept (x @ W.T with one row runs MKL's
   matrix-vector kernel, 2-3x slower per weight here). Fastest for 1-4 rows.
 - "packed": oneDNN's linear on a copy of W reordered once into its blocked layout (what `torch.compile` uses on
-  CPUs). Its cost barely grows from 3 to 32 rows: an 8-token SmolLM2 forward fell from 140 ms to 86 ms.
+  CPUs). Its cost barely grows from 3 to 32 rows: an 8-token SmolLM2 forward took 86 ms against
+  131 ms with F.linear (`benchmarks/verify_cost.py`).
 
 While our engine runs, float32 CPU linear layers of the target and the drafter take, per row bucket (1, 2-4,
 5-`MAX_ROWS` rows), the kernel a one-time probe per weight shape found fastest here. Packed copies are made once
