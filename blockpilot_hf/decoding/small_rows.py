@@ -32,7 +32,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-MAX_ROWS = 32  # above this, F.linear's kernels are efficient (the prefill)
+MAX_ROWS = 32  # the largest verify pass the buckets cover; longer inputs (the prefill) keep F.linear
 # Row counts that share one probe decision, with the row counts the probe times for them.
 ROW_BUCKETS: tuple[tuple[range, tuple[int, ...]], ...] = (
     (range(1, 2), (1,)),
