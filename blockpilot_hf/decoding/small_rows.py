@@ -2,7 +2,7 @@
 
 A verify pass multiplies 2-32 rows (the anchor and its drafts) by every weight matrix, a plain step 1 row.
 `F.linear` computes that as x @ W.T, and on some CPUs (MKL on this AMD EPYC, float32) those small-row kernels are
-slow: one SmolLM2-135M forward over 8 tokens cost 2.2x one over 1 token, though both read the same weights. Two
+slow: one SmolLM2-135M forward over 8 tokens cost 1.7x one over 1 token, though both read the same weights. Two
 other kernels do better for some row counts:
 
 - "columns": (W @ x.T).T, one row going in twice and one copy kept (x @ W.T with one row runs MKL's
