@@ -11,9 +11,9 @@ other kernels do better for some row counts:
   CPUs). Its cost barely grows from 3 to 32 rows: an 8-token SmolLM2 forward took 86 ms against
   131 ms with F.linear (`benchmarks/verify_cost.py`).
 
-While our engine runs, float32 CPU linear layers of the target and the drafter take, per row bucket (1, 2-4,
-5-`MAX_ROWS` rows), the kernel a one-time probe per weight shape found fastest here. Packed copies are made once
-per weight and kept (one more copy of those weights in memory), and only while they fit in half of the memory
+While our engine runs, float32 CPU linear layers of the target and the drafter (its head too) take, per row
+bucket (1, 2-4, 5-`MAX_ROWS` rows), the kernel a one-time probe per weight shape found fastest here. Packed copies
+are made once per weight and kept (one more copy of those weights in memory), and only while they fit in half of the memory
 available. Long inputs (the prefill) keep `F.linear`, and plain `generate` outside the engine is untouched; the
 products are the same up to float rounding, as with any change of kernel.
 """
@@ -119,7 +119,9 @@ _PACKED: weakref.WeakKeyDictionary[nn.Linear, tuple[tuple, torch.Tensor]] = weak
 
 def _packed_weight(layer: nn.Linear) -> torch.Tensor:
     weight = layer.weight
-    key = (weight.data_ptr(), weight._version, tuple(weight.shape))
+    # Tensors made under `torch.inference_mode` (the drafter's head, sliced there) keep no version counter.
+    version = None if weight.is_inference() else weight._version
+    key = (weight.data_ptr(), version, tuple(weight.shape))
     cached = _PACKED.get(layer)
     if cached is None or cached[0] != key:
         cached = (key, pack(weight.detach()))
@@ -144,20 +146,31 @@ def _packing_fits(layers: list[nn.Linear]) -> bool:
     return missing <= psutil.virtual_memory().available // 2
 
 
+def _eligible(module: nn.Module) -> bool:
+    """A plain float32 CPU `nn.Linear` whose `forward` no other library overrides on the instance (hooks)."""
+    return (
+        type(module) is nn.Linear
+        and "forward" not in module.__dict__
+        and module.weight.dtype == torch.float32
+        and module.weight.device.type == "cpu"
+    )
+
+
+def small_row_forward(layer: nn.Linear, x: torch.Tensor) -> torch.Tensor:
+    """`layer(x)` with the kernel `small_row_linears` would give it, for a layer no model holds (the drafter's
+    head sliced to its draft vocabulary); plain `layer(x)` where it would not apply (other dtypes, devices)."""
+    if not _eligible(layer) or (torch.is_grad_enabled() and layer.weight.requires_grad):
+        return layer(x)
+    kernels = fast_kernels(layer.in_features, layer.out_features, torch.get_num_threads(), _packing_fits([layer]))
+    return _small_row_linear(layer, kernels, x)
+
+
 @contextlib.contextmanager
 def small_row_linears(*models: nn.Module):
     """Within the block, float32 CPU `nn.Linear` layers of `models` compute 1..MAX_ROWS rows with the kernel
     `fast_kernels` found fastest on this machine for their shape and row count; every layer is restored on exit.
     Layers whose `forward` is already overridden on the instance (hooks of other libraries) are left alone."""
-    layers = [
-        m
-        for model in models
-        for m in model.modules()
-        if type(m) is nn.Linear
-        and "forward" not in m.__dict__
-        and m.weight.dtype == torch.float32
-        and m.weight.device.type == "cpu"
-    ]
+    layers = [m for model in models for m in model.modules() if _eligible(m)]
     threads, allow_packed = torch.get_num_threads(), _packing_fits(layers)
     patched = []
     for layer in layers:

@@ -130,3 +130,30 @@ def test_packed_copies_are_only_made_while_they_fit_in_memory(monkeypatch):
     with small_row_linears(nn.Linear(16, 24)):
         pass
     assert asked == [False]
+
+
+def test_a_layer_no_model_holds_takes_the_kernels_too(kernels, monkeypatch):
+    """`small_row_forward` (the drafter's sliced head) runs the probed kernel, the same product as the layer."""
+    kernels["kernels"] = dict.fromkeys(range(1, MAX_ROWS + 1), "packed")
+    calls = []
+    packed = small_rows.packed_linear
+    monkeypatch.setattr(small_rows, "packed_linear", lambda w, x: calls.append(len(x)) or packed(w, x))
+    layer, x = nn.Linear(16, 24, bias=False).requires_grad_(False), torch.randn(1, 7, 16)
+    torch.testing.assert_close(small_rows.small_row_forward(layer, x), layer(x))
+    assert calls == [7]
+    small_rows.small_row_forward(layer.double(), x.double())  # not float32: plain F.linear
+    assert calls == [7]
+
+
+def test_generate_under_inference_mode_with_a_draft_vocabulary(kernels):
+    """The drafter's head is sliced inside `generate`: under `torch.inference_mode` it is an inference tensor,
+    which has no version counter for the packed copy's key."""
+    kernels["kernels"] = dict.fromkeys(range(1, MAX_ROWS + 1), "packed")
+    target = tiny_target(seed=2, dtype=torch.float32)
+    drafter = tiny_drafter(target, block_size=8)
+    drafter.set_draft_vocab(list(range(0, 96, 2)))
+    prompt = random_prompt(3, 9)
+    expected = plain_greedy(target, prompt, 20)
+    with torch.inference_mode():
+        out = target.generate(input_ids=prompt, assistant_model=drafter, block_size=6, max_new_tokens=20)
+    assert torch.equal(out, expected)
