@@ -9,6 +9,9 @@ from __future__ import annotations
 import importlib.util
 import logging
 import os
+import shutil
+import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
 from .constants import CACHE_HOME, CONFIG_NAME, EMBEDDED, EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
@@ -73,10 +76,23 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     plain = type(quantized)(config)
     plain.load_state_dict(quantized.state_dict())
     plain.generation_config = quantized.generation_config
-    tmp = out.with_name(out.name + ".tmp")
-    plain.save_pretrained(tmp)
-    tokenizer.save_pretrained(tmp)
-    tmp.replace(out) if not out.exists() else None
+    _save_once(lambda folder: (plain.save_pretrained(folder), tokenizer.save_pretrained(folder)), out)
+
+
+def _save_once(save: Callable[[Path], object], out: Path) -> None:
+    """Run `save(folder)` into a fresh folder beside `out`, then rename it to `out`. Processes converting at once
+    (two collects started together) each write their own folder; the first rename wins, the others drop theirs."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}-", dir=out.parent))
+    try:
+        save(tmp)
+        try:
+            tmp.rename(out)
+        except OSError:  # `out` is there and not empty: another process was first
+            if not (out / "model.safetensors").is_file():
+                raise
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def require_embedded_drafter() -> None:

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from blockpilot_hf import DFlashDrafter
+from blockpilot_hf import DFlashDrafter, embedded
 from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR, POLICY_CONFIG_NAME, portable_id
 from blockpilot_hf.embedded import smollm2_gguf_path
 from blockpilot_hf.policy.config import BlockPolicyConfig
@@ -57,3 +57,23 @@ def test_shipped_files_name_the_shipped_drafter_the_same_on_every_machine():
     assert portable_id("/elsewhere/smollm2-135m-dflash") == "/elsewhere/smollm2-135m-dflash"
     assert BlockPolicyConfig.load(EMBEDDED_POLICY_DIR / POLICY_CONFIG_NAME).drafter_id == shipped
     assert shipped in (EMBEDDED_POLICY_DIR / "README.md").read_text()
+
+
+def test_processes_converting_the_gguf_at_once_each_keep_their_own_folder(tmp_path):
+    """Two collects started together both convert: the second finds the first's folder and drops its own; a save
+    that fails leaves nothing behind."""
+    out = tmp_path / "cache" / "smollm2"
+
+    def save(text):
+        return lambda folder: (folder / "model.safetensors").write_text(text)
+
+    embedded._save_once(save("first"), out)
+    embedded._save_once(save("second"), out)
+    assert (out / "model.safetensors").read_text() == "first" and [p.name for p in out.parent.iterdir()] == ["smollm2"]
+
+    def broken(folder):
+        raise OSError("disk full")
+
+    with pytest.raises(OSError, match="disk full"):
+        embedded._save_once(broken, tmp_path / "other")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
