@@ -11,6 +11,8 @@
     Printed, not asserted: timings depend on the machine and its load.
 (c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 1-32 rows
     take the kernel a probe found fastest for their weight shape and row bucket).
+(d) The drafter's side (float32): one pass of the shipped drafter drafting a block of 8 inside `small_row_linears`,
+    and its head alone (7 rows over its draft vocabulary) as F.linear and as `small_row_forward` takes it.
 """
 
 from __future__ import annotations
@@ -22,7 +24,15 @@ import time
 import torch
 from transformers import DynamicCache
 
-from blockpilot_hf.decoding.small_rows import pack, packed_linear, small_row_linears, weight_first
+from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR
+from blockpilot_hf.decoding.small_rows import (
+    pack,
+    packed_linear,
+    small_row_forward,
+    small_row_linears,
+    weight_first,
+)
 from blockpilot_hf.embedded import load_smollm2
 
 
@@ -69,6 +79,29 @@ def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float
     return out
 
 
+def drafter_costs(target, cache_tokens: int, repeats: int) -> tuple[float, float, float]:
+    """Median ms of one drafter pass at block size 8 after `cache_tokens` of context (inside `small_row_linears`),
+    and of its head's product (7 rows, draft vocabulary) as F.linear and as `small_row_forward`."""
+    drafter = DFlashDrafter.from_pretrained(EMBEDDED_DRAFTER_DIR)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    width = drafter.config.num_context_layers * drafter.config.hidden_size
+    cache = DynamicCache(config=drafter.config)
+    anchor = torch.tensor([[7]])
+    drafter.draft(embed, lm_head, anchor, torch.randn(1, cache_tokens, width), 8, cache)
+    step_context = torch.randn(1, 3, width)  # a step's new context: the tokens the last verify accepted
+
+    def draft() -> None:
+        drafter.draft(embed, lm_head, anchor, step_context, 8, cache)
+        cache.crop(-step_context.shape[1])
+
+    with small_row_linears(target, drafter):
+        whole = median_ms(draft, repeats)
+    _, head = drafter._draft_head(lm_head)
+    hidden = torch.randn(1, 7, head.in_features)
+    plain = median_ms(lambda: torch.nn.functional.linear(hidden, head.weight), repeats)
+    return whole, plain, median_ms(lambda: small_row_forward(head, hidden), repeats)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads; 0 = torch's default")
@@ -101,6 +134,12 @@ def main() -> None:
                 fixed[name] = forward_ladder(model, sizes, args.cache, args.repeats)
         for k in sizes:
             print(f"| {k} | " + " | ".join(f"{fixed[name][k]:.1f}" for name in models) + " |")
+        if "float32" in models:
+            whole, plain, fast = drafter_costs(models["float32"], args.cache, args.repeats)
+            print(
+                f"\n(d) float32 drafter pass at block 8: {whole:.1f} ms; its head (7 rows): {plain:.2f} ms as F.linear,"
+            )
+            print(f"    {fast:.2f} ms with the small-row kernels ({plain / fast:.1f}x)")
 
 
 if __name__ == "__main__":
