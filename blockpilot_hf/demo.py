@@ -207,7 +207,8 @@ def render(result: DemoResult, console) -> None:
     if noisy:
         console.print(
             f"[yellow]{noisy} of {len(result.rows)} prompts had repeated speed-ups more than "
-            f"{NOISY_SPREAD:.0%} apart: the machine was busy; rerun on a quiet machine or with more --repeats.[/yellow]"
+            f"{NOISY_SPREAD:.0%} apart: the machine's speed changed while measuring (other processes, or neighbours "
+            "on a shared host); trust the medians less, or rerun with more --repeats.[/yellow]"
         )
 
 
