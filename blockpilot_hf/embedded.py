@@ -76,10 +76,15 @@ def _convert_gguf(gguf: Path, out: Path) -> None:
     plain = type(quantized)(config)
     plain.load_state_dict(quantized.state_dict())
     plain.generation_config = quantized.generation_config
-    _save_once(lambda folder: (plain.save_pretrained(folder), tokenizer.save_pretrained(folder)), out)
+
+    def save(folder: Path) -> None:
+        plain.save_pretrained(folder)
+        tokenizer.save_pretrained(folder)
+
+    _save_once(save, out)
 
 
-def _save_once(save: Callable[[Path], object], out: Path) -> None:
+def _save_once(save: Callable[[Path], None], out: Path) -> None:
     """Run `save(folder)` into a fresh folder beside `out`, then rename it to `out`. Processes converting at once
     (two collects started together) each write their own folder; the first rename wins, the others drop theirs."""
     out.parent.mkdir(parents=True, exist_ok=True)

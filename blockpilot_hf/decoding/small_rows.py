@@ -12,10 +12,10 @@ other kernels do better for some row counts:
   131 ms with F.linear (`benchmarks/verify_cost.py`).
 
 While our engine runs, float32 CPU linear layers of the target and the drafter (its head too) take, per row
-bucket (1, 2-4, 5-`MAX_ROWS` rows), the kernel a one-time probe per weight shape found fastest here. Packed copies
-are made once per weight and kept (one more copy of those weights in memory), and only while they fit in half of the memory
-available. Long inputs (the prefill) keep `F.linear`, and plain `generate` outside the engine is untouched; the
-products are the same up to float rounding, as with any change of kernel.
+bucket (1, 2-4, 5-`MAX_ROWS` rows), the kernel a one-time probe per weight shape found fastest here. Packed
+copies are made once per weight and kept (one more copy of those weights in memory), and only while they fit in
+half of the memory available. Long inputs (the prefill) keep `F.linear`, and plain `generate` outside the engine
+is untouched; the products are the same up to float rounding, as with any change of kernel.
 """
 
 from __future__ import annotations
@@ -143,7 +143,8 @@ def _small_row_linear(layer: nn.Linear, kernels: dict[int, str], x: torch.Tensor
 def _packing_fits(layers: list[nn.Linear]) -> bool:
     """Whether packed copies of these layers' weights not yet packed fit in half of the available memory."""
     missing = sum(layer.weight.nbytes for layer in layers if layer not in _PACKED)
-    return missing <= psutil.virtual_memory().available // 2
+    # Once packed, asking the OS again is work on every step (`small_row_forward` runs per drafter pass).
+    return not missing or missing <= psutil.virtual_memory().available // 2
 
 
 def _eligible(module: nn.Module) -> bool:
