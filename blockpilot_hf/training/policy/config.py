@@ -177,7 +177,7 @@ class TrainPolicyJob:
 class EvaluatePolicyConfig:
     """What `blockpilot evaluate-policy` scores, on which held-out records."""
 
-    policy_dir: str = field(metadata={"help": "policy folder or Hub id"})
+    policy_dir: str = field(metadata={"help": "policy folder, Hub id or 'embedded' (the shipped SmolLM2 policy)"})
     collect_dir: str = field(metadata={"help": "collect folder of held-out prompts (e.g. the eval split)"})
     plots: str | None = field(default=None, metadata={"help": "folder for PNG plots; unset = no plots"})
 

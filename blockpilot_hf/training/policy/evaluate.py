@@ -211,8 +211,11 @@ def make_plots(
 
 
 def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | None = None) -> EvaluationReport:
-    """Load a policy and a held-out collect folder, score everything, optionally draw plots."""
-    policy = BlockPolicy.from_pretrained(policy_dir)
+    """Load a policy (a folder, a Hub id or 'embedded') and a held-out collect folder, score everything, optionally
+    draw plots."""
+    from ...embedded import load_policy
+
+    policy = load_policy(policy_dir)
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
     cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed

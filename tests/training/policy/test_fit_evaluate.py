@@ -121,3 +121,10 @@ def test_evaluate_refuses_data_without_the_policy_sizes(task, tmp_path):
     (folder / "collect.json").write_text(json.dumps({**meta, "block_sizes": [1, 2, 4]}))
     with pytest.raises(ValueError, match="no runs with 8, which the policy can choose"):
         evaluate_policy(task.policy_dir, folder)
+
+
+def test_evaluate_takes_the_embedded_policy_by_name(task):
+    # 'embedded' is the shipped policy, as in bench and train-policy --cost-from; here it reaches the check that
+    # the (synthetic) collection is not of its target, not a Hub lookup of a repo called 'embedded'.
+    with pytest.raises(ValueError, match="collected for another target/drafter than policy"):
+        evaluate_policy("embedded", task.heldout_dir)
