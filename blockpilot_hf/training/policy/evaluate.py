@@ -49,9 +49,24 @@ class Headline:
 
 
 @dataclass
+class CandidateScore:
+    """One candidate run on every prompt: mean tau, step cost relative to a one-token step, and their ratio (the
+    modelled speed-up over plain decoding in the engine)."""
+
+    candidate: DraftShape
+    tau: float
+    relative_cost: float
+
+    @property
+    def tau_per_cost(self) -> float:
+        return self.tau / self.relative_cost
+
+
+@dataclass
 class EvaluationReport:
     scores: list[MethodScore]
     choices: dict[str, list[DraftShape]] = field(default_factory=dict)  # method -> choice per prompt (record order)
+    candidates: list[CandidateScore] = field(default_factory=list)
 
     def score(self, method: str, source: str = "all") -> MethodScore:
         return next(s for s in self.scores if s.method == method and s.source == source)
@@ -83,6 +98,12 @@ class EvaluationReport:
                 f"| {s.source} | {s.method} | {s.prompts} | {s.accuracy:.2f} | {s.tau:.2f} | {s.tokens_per_second:.1f} | "
                 f"{s.modelled_speed:.1f} | {s.regret:.3f} | {s.mean_size:.1f} |"
             )
+        if self.candidates:
+            rows += ["", "| candidate | tau | cost (x one-token step) | tau / cost |", "|---|---|---|---|"]
+            rows += [
+                f"| {c.candidate} | {c.tau:.2f} | {c.relative_cost:.2f} | {c.tau_per_cost:.2f} |"
+                for c in self.candidates
+            ]
         return "\n".join(rows)
 
 
@@ -162,7 +183,18 @@ def evaluate_records(
             scores.append(
                 _score(name, source, subset, [sizes[i] for i in idx], [choices["oracle"][i] for i in idx], cost)
             )
-    return EvaluationReport(scores, choices)
+    return EvaluationReport(scores, choices, candidate_scores(records, candidates, cost))
+
+
+def candidate_scores(records: list[PromptRecord], candidates: list, cost: CostModel) -> list[CandidateScore]:
+    """Every candidate as if it were always chosen: its mean tau over `records` and its priced step cost."""
+    one = cost.step_seconds(1)
+    return [
+        CandidateScore(
+            DraftShape.parse(c), sum(r.taus()[c] for r in records) / len(records), cost.step_seconds(c) / one
+        )
+        for c in candidates
+    ]
 
 
 def make_plots(

@@ -33,6 +33,17 @@ def test_head_learns_the_known_best_size_on_heldout_prompts(task):
     assert report.score("blockpilot", "hard").accuracy > report.score("blockpilot-classifier", "hard").accuracy
 
 
+def test_candidate_table_prices_each_candidate_against_one_token_steps(task):
+    report = evaluate_records(task.policy, task.heldout, cost=SYNTHETIC_COST)
+    rows = {str(c.candidate): c for c in report.candidates}
+    assert list(rows) == ["1", "2", "4", "8"]
+    assert (rows["1"].tau, rows["1"].relative_cost) == (1.0, 1.0)
+    assert rows["8"].relative_cost == pytest.approx(1.45)
+    assert rows["8"].tau == pytest.approx(sum(r.taus()[rows["8"].candidate] for r in task.heldout) / len(task.heldout))
+    assert rows["8"].tau > 1.5  # the oracle drafter gets whole blocks of some prompts right
+    assert f"| 8 | {rows['8'].tau:.2f} | 1.45 | {rows['8'].tau / 1.45:.2f} |" in report.markdown()
+
+
 def test_heldout_split_is_deterministic_and_disjoint(task):
     train, heldout = split_records(task.train, 0.25)
     assert train and heldout and not {r.prompt_id for r in train} & {r.prompt_id for r in heldout}
