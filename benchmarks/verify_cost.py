@@ -96,7 +96,8 @@ def drafter_costs(target, cache_tokens: int, repeats: int) -> tuple[float, float
 
     with small_row_linears(target, drafter):
         whole = median_ms(draft, repeats)
-    _, head = drafter._draft_head(lm_head)
+    head = torch.nn.Linear(lm_head.in_features, len(drafter.draft_vocab_ids), bias=False)  # the draft vocabulary's rows
+    head.weight = torch.nn.Parameter(lm_head.weight.detach()[drafter.draft_vocab_ids], requires_grad=False)
     hidden = torch.randn(1, 7, head.in_features)
     plain = median_ms(lambda: torch.nn.functional.linear(hidden, head.weight), repeats)
     return whole, plain, median_ms(lambda: small_row_forward(head, hidden), repeats)
