@@ -170,14 +170,26 @@ def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None
 
 def render(result: DemoResult, console) -> None:
     """A rich table: one row per prompt, then the summary row."""
+    from rich import box
     from rich.table import Table
 
     table = Table(
         title=f"{result.arm} vs plain generate (greedy, same run)",
         caption="speed-up: tokens/s over plain generate's on the same prompt; summary: geometric mean",
+        # no column rules and one space of padding: the table fits an 80-column terminal
+        box=box.SIMPLE_HEAD,
+        show_edge=False,
+        padding=(0, 1, 0, 0),
     )
-    for name in ("prompt", "draft shape", "tau", "tok/s", "plain tok/s", "speed-up", "range", "identical"):
-        table.add_column(name, justify="left" if name == "prompt" else "right", no_wrap=name == "prompt")
+    for name in ("prompt", "draft shape", "tau", "tok/s", "plain tok/s", "speed up", "range", "same as plain"):
+        # the prompt and the shape (8+tree12+lookup7) stay whole; numbers take their width, headers wrap to it
+        whole = name in ("prompt", "draft shape")
+        table.add_column(
+            name,
+            justify="left" if name == "prompt" else "right",
+            no_wrap=whole,
+            max_width=None if whole else {"range": 9, "tok/s": 6, "plain tok/s": 6}.get(name, 5),
+        )
     for r in result.rows:
         table.add_row(
             r.prompt_id,

@@ -64,3 +64,27 @@ def test_demo_on_the_embedded_default_is_lossless():
     result = run_demo(demo.load_demo_models(), DemoConfig(limit=2, max_new_tokens=24))
     assert [r.dataset for r in result.rows] == ["gsm8k", "humaneval"]
     assert all(r.identical for r in result.rows)
+
+
+def test_the_table_fits_an_80_column_terminal_with_every_shape_whole():
+    import io
+
+    from rich.console import Console
+
+    from blockpilot_hf.bench.metrics import ArmSummary
+    from blockpilot_hf.demo import DemoResult, DemoRow, render
+
+    shapes = ["8+tree12+lookup7", "1+lookup15", "4+tree3+lookup3"]
+    rows = [
+        DemoRow(f"HumanEval/11{i}", "humaneval", shape, 3.26, 120.4, 10.2, 2.0, 1.79, 2.31, i != 2, 128)
+        for i, shape in enumerate(shapes)
+    ]
+    summary = ArmSummary("all", 0.0, "blockpilot", 3, 1.71, 19.9, 3.09, 5.2, 0.4, 0.0, 1, 2 / 3)
+    baseline = ArmSummary("all", 0.0, "baseline", 3, 1.0, 11.6, None, None, 0.4, 0.0, 1, 1.0)
+    out = io.StringIO()
+    render(DemoResult("blockpilot", rows, summary, baseline), Console(file=out, width=80))
+    printed = out.getvalue()
+    assert max(len(line) for line in printed.splitlines()) <= 80
+    assert "…" not in printed  # nothing cut short
+    for text in [*shapes, "1.79-2.31", "120.4", "2.00x", "2/3", "mean block 5.2"]:
+        assert text in printed
