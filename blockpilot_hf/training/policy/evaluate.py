@@ -186,7 +186,9 @@ def evaluate_records(
     return EvaluationReport(scores, choices, candidate_scores(records, candidates, cost))
 
 
-def candidate_scores(records: list[PromptRecord], candidates: list, cost: CostModel) -> list[CandidateScore]:
+def candidate_scores(
+    records: list[PromptRecord], candidates: list[int | DraftShape], cost: CostModel
+) -> list[CandidateScore]:
     """Every candidate as if it were always chosen: its mean tau over `records` and its priced step cost."""
     one = cost.step_seconds(1)
     return [
