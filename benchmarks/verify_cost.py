@@ -96,8 +96,7 @@ def drafter_costs(target, cache_tokens: int, repeats: int) -> tuple[float, float
 
     with small_row_linears(target, drafter):
         whole = median_ms(draft, repeats)
-    head = torch.nn.Linear(lm_head.in_features, len(drafter.draft_vocab_ids), bias=False)  # the draft vocabulary's rows
-    head.weight = torch.nn.Parameter(lm_head.weight.detach()[drafter.draft_vocab_ids], requires_grad=False)
+    _, head = drafter.draft_head(lm_head)  # the target's head rows of the draft vocabulary
     hidden = torch.randn(1, 7, head.in_features)
     plain = median_ms(lambda: torch.nn.functional.linear(hidden, head.weight), repeats)
     return whole, plain, median_ms(lambda: small_row_forward(head, hidden), repeats)

@@ -298,16 +298,16 @@ class DFlashDrafter(DFlashPreTrainedModel):
         if self.draft_vocab_ids is None:
             return lm_head(hidden)
         # Only the drafter's vocabulary: reading the full head costs as much as a small target's forward on a CPU.
-        ids, head = self._draft_head(lm_head)
+        ids, head = self.draft_head(lm_head)
         logits = torch.full(
             (*hidden.shape[:2], lm_head.weight.shape[0]), float("-inf"), dtype=hidden.dtype, device=hidden.device
         )
         # A verify-sized product (K-1 rows): on a CPU the small-row kernels make it several times cheaper.
         return logits.index_copy_(-1, ids, small_row_forward(head, hidden))
 
-    def _draft_head(self, lm_head: nn.Module) -> tuple[torch.Tensor, nn.Linear]:
-        """Rows of the target's head for `draft_vocab_ids` as a linear layer of their own, sliced once per head (a
-        view would be re-read anyway). Kept in a tuple, so that it is no submodule and never saved."""
+    def draft_head(self, lm_head: nn.Module) -> tuple[torch.Tensor, nn.Linear]:
+        """(ids, head): the target head's rows for `draft_vocab_ids` (set) as a linear layer of their own, sliced once
+        per head (a view would be re-read anyway). Kept in a tuple, so that it is no submodule and never saved."""
         vocab = self.draft_vocab_ids
         weight = lm_head.weight
         # `_version` counts in-place writes: `load_state_dict` refills the same ids tensor.
