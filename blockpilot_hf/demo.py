@@ -143,6 +143,14 @@ def demo_row(records: list[RunRecord], arm: str) -> DemoRow:
     )
 
 
+def progress_line(r: DemoRow) -> str:
+    """The line printed as a prompt finishes (rich markup), within 80 columns; tokens/s wait for the table."""
+    return (
+        f"{r.prompt_id:<13} {r.shape:<17} tau {r.tau:4.2f}  {r.speedup:4.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
+        f"{' [yellow]noisy[/yellow]' if r.noisy else ''}  {'identical' if r.identical else '[red]DIFFERENT[/red]'}"
+    )
+
+
 def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None) -> DemoResult:
     """Run the demo prompts through the harness, print a line per prompt as it finishes; return the rows."""
     from .bench.harness import run_benchmark
@@ -155,13 +163,7 @@ def run_demo(models: BenchModels, config: DemoConfig, prompts=None, console=None
     def report(records: list[RunRecord]) -> None:
         rows.append(demo_row(records, arm))
         if console is not None:
-            r = rows[-1]
-            console.print(
-                f"{r.prompt_id:>14}  {r.shape:>18}  tau {r.tau:4.2f}  "
-                f"{r.tokens_per_second:6.1f} tok/s  {r.speedup:4.2f}x ({r.speedup_low:.2f}-{r.speedup_high:.2f})"
-                f"{' [yellow]noisy[/yellow]' if r.noisy else ''}  "
-                f"{'identical' if r.identical else '[red]DIFFERENT[/red]'}"
-            )
+            console.print(progress_line(rows[-1]))
 
     records = run_benchmark(models, bench, prompts, progress=console is not None, on_unit=report)
     summaries = {s.arm: s for s in summarize(records) if s.dataset == ALL}

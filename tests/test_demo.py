@@ -88,3 +88,16 @@ def test_the_table_fits_an_80_column_terminal_with_every_shape_whole():
     assert "…" not in printed  # nothing cut short
     for text in [*shapes, "1.79-2.31", "120.4", "2.00x", "2/3", "mean block 5.2"]:
         assert text in printed
+
+
+def test_the_line_printed_per_prompt_fits_an_80_column_terminal():
+    import io
+
+    from rich.console import Console
+
+    from blockpilot_hf.demo import DemoRow, progress_line
+
+    row = DemoRow("HumanEval/119", "humaneval", "8+tree16+lookup10", 13.26, 120.4, 10.2, 12.0, 9.79, 12.31, False, 128)
+    out = io.StringIO()
+    Console(file=out, width=80).print(progress_line(row))
+    assert out.getvalue() == ("HumanEval/119 8+tree16+lookup10 tau 13.26  12.00x (9.79-12.31) noisy  DIFFERENT\n")

@@ -6,7 +6,8 @@
 Losslessness: every committed token is the target's own choice (argmax, or a sample of its processed
 distribution) given exactly the prefix it is committed after; drafts only decide how many of those choices one
 target forward can confirm. Stopping criteria run token by token, so EOS / stop strings / max length cut at the
-same token as plain `generate`.
+same token as plain `generate`. A bfloat16 / float16 target on a CPU verifies with attention computed row by row
+(`row_attention.py`), so that each verified row rounds as a one-token step does.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
+from .row_attention import with_row_attention
 from .shape import DraftShape
 from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
@@ -117,6 +119,7 @@ def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] 
 
 
 @with_small_row_linears
+@with_row_attention
 def speculative_generate(
     target,
     drafter,
