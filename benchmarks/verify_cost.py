@@ -13,11 +13,14 @@
     take the kernel a probe found fastest for their weight shape and row bucket).
 (d) The drafter's side (float32): one pass of the shipped drafter drafting a block of 8 inside `small_row_linears`,
     and its head alone (7 rows over its draft vocabulary) as F.linear and as `small_row_forward` takes it.
+(e) The price of exact half precision: a bfloat16 verify pass with SDPA's batched attention and inside
+    `row_attention` (each query row alone, as the engine verifies in bfloat16 on a CPU), interleaved per k.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import statistics
 import time
 
@@ -26,6 +29,7 @@ from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR
+from blockpilot_hf.decoding.row_attention import row_attention
 from blockpilot_hf.decoding.small_rows import (
     pack,
     packed_linear,
@@ -46,8 +50,8 @@ def median_ms(fn, repeats: int) -> float:
     return statistics.median(times) * 1e3
 
 
-def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> dict[int, float]:
-    """Median ms of one forward over k tokens after `cache_tokens` cached ones, per k."""
+def verifier(model, cache_tokens: int):
+    """`verify(k)`: one forward over k tokens after `cache_tokens` prefilled ones, cropped again (a verify step)."""
     prompt = torch.randint(100, 10_000, (1, cache_tokens), generator=torch.Generator().manual_seed(0))
     cache = DynamicCache(config=model.config)
     model(input_ids=prompt, cache=cache, use_cache=True, logits_to_keep=1)
@@ -56,7 +60,27 @@ def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> 
         model(input_ids=prompt[:, :k], cache=cache, use_cache=True, logits_to_keep=0)
         cache.crop(-k)
 
+    return verify
+
+
+def forward_ladder(model, sizes: list[int], cache_tokens: int, repeats: int) -> dict[int, float]:
+    """Median ms of one forward over k tokens after `cache_tokens` cached ones, per k."""
+    verify = verifier(model, cache_tokens)
     return {k: median_ms(lambda k=k: verify(k), repeats) for k in sizes}
+
+
+def attention_arms(model, sizes: list[int], cache_tokens: int, repeats: int) -> dict[int, tuple[float, float]]:
+    """Median ms of a verify pass per k with batched attention and with `row_attention`, the two interleaved."""
+    verify = verifier(model, cache_tokens)
+    times: dict[tuple[int, bool], list[float]] = {}
+    for _ in range(repeats + 1):  # the first round warms up and is dropped
+        for k in sizes:
+            for rows in (False, True):
+                with row_attention(model) if rows else contextlib.nullcontext():
+                    start = time.perf_counter()
+                    verify(k)
+                    times.setdefault((k, rows), []).append(time.perf_counter() - start)
+    return {k: tuple(statistics.median(times[k, rows][1:]) * 1e3 for rows in (False, True)) for k in sizes}
 
 
 def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float, float]]:
@@ -140,6 +164,13 @@ def main() -> None:
                 f"\n(d) float32 drafter pass at block 8: {whole:.1f} ms; its head (7 rows): {plain:.2f} ms as F.linear,"
             )
             print(f"    {fast:.2f} ms with the small-row kernels ({plain / fast:.1f}x)")
+        half = {name: model for name, model in models.items() if name != "float32"}
+        if half:
+            print("\n(e) half precision: a verify pass with batched attention and row by row (exact), ms\n")
+            print("| dtype | tokens | batched | row by row | ratio |\n|---|---|---|---|---|")
+        for name, model in half.items():
+            for k, (batched, rows) in attention_arms(model, sizes, args.cache, args.repeats).items():
+                print(f"| {name} | {k} | {batched:.1f} | {rows:.1f} | {rows / batched:.2f} |")
 
 
 if __name__ == "__main__":
