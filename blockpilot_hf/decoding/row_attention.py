@@ -11,8 +11,9 @@ verified block equal those of one-token steps bit for bit (on an Intel Xeon with
 outputs and plain bfloat16 `generate`'s. The price is one attention call per row and layer instead of one per layer.
 
 Float32 keeps the batched kernel: its roundings almost never flip a greedy choice, and its linear layers take
-other kernels for small rows anyway (`small_rows.py`). GPU products of different row counts take different
-kernels, so row-by-row attention would buy no exactness there.
+other kernels for small rows anyway (`small_rows.py`). Where products of different row counts round differently
+(float16 on this CPU, GPUs), row-by-row attention would buy no exactness, so a one-time probe per weight shape
+(`rows_independent`) keeps it off there.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import functools
 from collections.abc import Callable
 
 import torch
+import torch.nn.functional as F
+from torch import nn
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers.masking_utils import sdpa_mask
 from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
@@ -73,14 +76,33 @@ AttentionInterface.register(ROW_ATTENTION, rows_alone(ALL_ATTENTION_FUNCTIONS["s
 AttentionMaskInterface.register(ROW_ATTENTION, sdpa_mask)
 
 
+@functools.cache
+def rows_independent(in_features: int, out_features: int, dtype: torch.dtype, threads: int) -> bool:
+    """Whether this CPU's `F.linear` gives each row of a product of this shape and dtype the same bits at any
+    row count (probed once per process on random operands). oneDNN's bfloat16 products do here; float16 ones do
+    not, and where they do not, no attention makes a verify pass exact."""
+    g = torch.Generator().manual_seed(0)
+    weight = torch.randn(out_features, in_features, generator=g).to(dtype)
+    for rows in (2, 5, 8, 17, 32):
+        x = torch.randn(rows, in_features, generator=g).to(dtype)
+        one_by_one = torch.cat([F.linear(x[i : i + 1], weight) for i in range(rows)])
+        if not torch.equal(F.linear(x, weight), one_by_one):
+            return False
+    return True
+
+
 def wants_row_attention(model) -> bool:
     """Whether `model`'s verify passes should compute attention row by row: a half-precision model on a CPU
-    with transformers' "sdpa" attention (the default; "eager" is defined per model and keeps batched rows)."""
-    return (
+    with transformers' "sdpa" attention (the default; "eager" is defined per model and keeps batched rows),
+    whose every linear shape is `rows_independent`, so that the pass becomes exact."""
+    if not (
         model.dtype in (torch.bfloat16, torch.float16)
         and model.device.type == "cpu"
         and model.config._attn_implementation == "sdpa"
-    )
+    ):
+        return False
+    shapes = {(m.in_features, m.out_features) for m in model.modules() if isinstance(m, nn.Linear)}
+    return all(rows_independent(*shape, model.dtype, torch.get_num_threads()) for shape in shapes)
 
 
 @contextlib.contextmanager

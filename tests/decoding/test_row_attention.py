@@ -6,12 +6,12 @@ import functools
 
 import pytest
 import torch
-import torch.nn.functional as F
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from transformers import DynamicCache
 
-from blockpilot_hf.decoding.row_attention import ROW_ATTENTION, row_attention
+from blockpilot_hf.decoding import row_attention as rows
+from blockpilot_hf.decoding.row_attention import ROW_ATTENTION, row_attention, wants_row_attention
 from blockpilot_hf.decoding.tree import grow_tree, tree_attention_mask
 from blockpilot_hf.testing_utils import plain_greedy, random_prompt, tiny_drafter, tiny_target
 
@@ -24,20 +24,8 @@ def bf16_target():
     return tiny_target(seed=3, arch="llama", dtype=torch.bfloat16, hidden=64, heads=8, kv_heads=2, intermediate=128)
 
 
-def linears_rows_independent(model) -> bool:
-    """Whether this CPU's bfloat16 products give each row the same bits at any row count (the condition under
-    which row-by-row attention makes a whole pass exact)."""
-    g = torch.Generator().manual_seed(0)
-    for layer in (m for m in model.modules() if isinstance(m, torch.nn.Linear)):
-        x = torch.randn(7, layer.in_features, generator=g).to(model.dtype)
-        rows = torch.cat([F.linear(x[i : i + 1], layer.weight) for i in range(7)])
-        if not torch.equal(F.linear(x, layer.weight), rows):
-            return False
-    return True
-
-
 needs_row_independent_linears = pytest.mark.skipif(
-    not linears_rows_independent(bf16_target()),
+    not wants_row_attention(bf16_target()),
     reason="this CPU's bfloat16 products differ by row count, so no attention makes a pass exact",
 )
 
@@ -145,3 +133,20 @@ def test_row_attention_is_for_half_precision_on_a_cpu_and_is_undone_on_exit():
         assert model.config._attn_implementation == ROW_ATTENTION
         raise RuntimeError("inside")
     assert model.config._attn_implementation == "sdpa"
+
+
+def test_row_attention_stays_off_where_products_round_by_row_count(monkeypatch):
+    monkeypatch.setattr(rows, "rows_independent", lambda *shape: False)
+    model = bf16_target()
+    with row_attention(model):
+        assert model.config._attn_implementation == "sdpa"
+
+
+@pytest.mark.parametrize("rounds_by_rows", [False, True])
+def test_the_probe_tells_products_that_round_by_row_count(monkeypatch, rounds_by_rows):
+    def linear(x, weight):  # exact per row; with `rounds_by_rows`, a block of rows comes out one ulp apart
+        out = torch.stack([weight @ row for row in x])
+        return torch.nextafter(out, out + 1) if rounds_by_rows and x.shape[0] > 1 else out
+
+    monkeypatch.setattr(rows, "F", type("Functional", (), {"linear": staticmethod(linear)}))
+    assert rows.rows_independent.__wrapped__(16, 8, torch.float32, 1) is not rounds_by_rows
