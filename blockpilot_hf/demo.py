@@ -254,6 +254,8 @@ def _run(config: DemoConfig) -> None:
     import torch
     from rich.console import Console
 
+    from .decoding.row_attention import wants_row_attention
+
     if config.threads > 0:
         torch.set_num_threads(config.threads)
     console = Console()
@@ -263,11 +265,11 @@ def _run(config: DemoConfig) -> None:
         console.print("[yellow]The embedded policy is missing: using the drafter's training block size.[/yellow]")
     result = run_demo(models, config, console=console)
     render(result, console)
-    if config.dtype != "float32":
+    if config.dtype != "float32" and not wants_row_attention(models.target):
         console.print(
-            f"In {config.dtype}, verifying k tokens in one pass rounds differently from decoding them one by one, so "
-            "outputs can differ from plain generate in the same dtype (both are the model's greedy text up to "
-            "rounding). float32, the default, is token-identical."
+            f"This CPU's {config.dtype} products round differently by row count, so a verify pass rounds "
+            "differently from one-token steps and outputs can differ from plain generate in the same dtype (both "
+            "are the model's greedy text up to rounding). float32, the default, is token-identical."
         )
     if config.json:
         write_json(result, Path(config.json), models.target.device)

@@ -44,6 +44,17 @@ def test_demo_command_prints_a_table_and_writes_json(monkeypatch, tmp_path, caps
     assert len(data["rows"]) == 2 and data["summary"]["identical"] == 1.0 and data["environment"]["torch"]
 
 
+@pytest.mark.parametrize("row_exact", [True, False])
+def test_a_bfloat16_demo_warns_of_rounding_only_where_verify_passes_are_not_exact(monkeypatch, capsys, row_exact):
+    from blockpilot_hf.decoding import row_attention
+
+    monkeypatch.setattr(demo, "load_demo_models", lambda dtype: tiny_models())
+    monkeypatch.setattr(demo, "demo_prompts", lambda limit: tiny_prompts()[:limit])
+    monkeypatch.setattr(row_attention, "wants_row_attention", lambda model: row_exact)
+    main(["demo", "--limit", "1", "--max-new-tokens", "4", "--dtype", "bfloat16"])
+    assert ("round differently by row count" in capsys.readouterr().out) is not row_exact
+
+
 def test_demo_prompts_take_gsm8k_humaneval_gsm8k_mtbench_from_the_eval_split():
     from blockpilot_hf.data import load_prompts
 
