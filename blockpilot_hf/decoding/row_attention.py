@@ -1,14 +1,16 @@
 """Verify passes that give every row the bits of a one-token step, for bfloat16 and float16 targets on a CPU.
 
 A pass over k tokens and k one-token steps compute the same function but not the same roundings. In bfloat16
-those roundings flip greedy near-ties, so a speculative decode parts from plain `generate` (38% of greedy outputs
-stayed identical on SmolLM2-135M). On a CPU the linear layers are not the cause: oneDNN's bfloat16 products give
-each row the same bits whatever the row count. Attention is: SDPA's CPU kernel treats a block of queries
-together. So while the engine verifies, the target's attention computes each query row alone, exactly as a
-one-token step computes it: the model's own attention function, on that row's visible keys (the cache up to it,
-or the cache and its tree ancestors, in order), without a mask. With that, SmolLM2's bfloat16 logits over a
-verified block equal those of one-token steps bit for bit (on an Intel Xeon with AMX here), and so do its greedy
-outputs and plain bfloat16 `generate`'s. The price is one attention call per row and layer instead of one per layer.
+those roundings flip greedy near-ties, so a speculative decode parts from plain `generate` (3 of 9 greedy outputs
+per draft shape stayed identical on SmolLM2-135M, `benchmarks/row_attention.py`). On a CPU the linear layers are
+not the cause: oneDNN's bfloat16 products give each row the same bits whatever the row count. Attention is:
+SDPA's CPU kernel treats a block of queries together. So while the engine verifies, the target's attention
+computes each query row alone, exactly as a one-token step computes it: the model's own attention function, on
+that row's visible keys (the cache up to it, or the cache and its tree ancestors, in order), without a mask. With
+that, SmolLM2's bfloat16 logits over a verified block equal those of one-token steps bit for bit (on an Intel
+Xeon with AMX here), and its greedy outputs plain bfloat16 `generate`'s. The price is one attention call per row
+and layer instead of one per layer, and for a tree node a copy of the keys it sees (`benchmarks/verify_cost.py`
+part (e) times chains).
 
 Float32 keeps the batched kernel: its roundings almost never flip a greedy choice, and its linear layers take
 other kernels for small rows anyway (`small_rows.py`). Where products of different row counts round differently
