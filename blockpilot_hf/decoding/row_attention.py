@@ -61,7 +61,7 @@ def rows_alone(attention: Callable) -> Callable:
 
     @functools.wraps(attention)
     def row_by_row(module, query, key, value, attention_mask, **kwargs):
-        # query (1, H, q, D); key / value (1, H_kv, L, D); attention_mask (1, 1, q, L), bool
+        # query (1, H, q, D); key / value (1, H_kv, L, D); attention_mask (1, 1, q, L), bool (a tree's: additive)
         batch, _, rows, _ = query.shape
         if batch != 1 or attention_mask is None or not 1 < rows < key.shape[2]:
             return attention(module, query, key, value, attention_mask, **kwargs)
