@@ -6,8 +6,9 @@
 Losslessness: every committed token is the target's own choice (argmax, or a sample of its processed
 distribution) given exactly the prefix it is committed after; drafts only decide how many of those choices one
 target forward can confirm. Stopping criteria run token by token, so EOS / stop strings / max length cut at the
-same token as plain `generate`. A bfloat16 / float16 target on a CPU verifies with attention computed row by row
-(`row_attention.py`), so that each verified row rounds as a one-token step does.
+same token as plain `generate`. A half-precision target on a CPU whose products of that dtype are row-independent
+verifies with attention computed row by row (`row_attention.py`), so that each verified row rounds as a one-token
+step does.
 """
 
 from __future__ import annotations
