@@ -3,7 +3,7 @@ row (the engine's way on a CPU, `decoding/row_attention.py`): how many outputs s
 `generate`, and the speed-up of each over it (arms interleaved per prompt, repeated, medians).
 
     python benchmarks/row_attention.py                          # 3 eval prompts per dataset, ~10 minutes
-    python benchmarks/row_attention.py --shapes 4,8+lookup7 --repeats 3
+    python benchmarks/row_attention.py --split policy --shapes 4,8+lookup7 --repeats 3
 """
 
 from __future__ import annotations
@@ -16,37 +16,28 @@ import torch
 
 from blockpilot_hf.data import chat_input_ids, load_prompts
 from blockpilot_hf.decoding import row_attention
-from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.embedded import load_embedded
-
-
-def shape_kwargs(shape: DraftShape) -> dict:
-    """`generate` arguments that run `shape` with a fixed block size."""
-    return dict(
-        block_size=shape.block_size,
-        tree_budget=shape.tree_budget or None,
-        prompt_lookup_num_tokens=shape.lookup_tokens or None,
-    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--limit", type=int, default=3, help="eval prompts per dataset (first turns)")
+    parser.add_argument("--limit", type=int, default=3, help="prompts per dataset (first turns)")
+    parser.add_argument("--split", default="eval", help="prompt split: eval or policy")
     parser.add_argument("--shapes", default="4,8,8+tree12+lookup7", help="comma-separated draft shapes")
     parser.add_argument("--repeats", type=int, default=1, help="timed runs per arm, interleaved")
     parser.add_argument("--max-new-tokens", type=int, default=96)
     args = parser.parse_args()
     target, tokenizer, drafter, _ = load_embedded(torch.bfloat16)
-    shapes = [DraftShape.parse(s) for s in args.shapes.split(",")]
+    shapes = args.shapes.split(",")
     wanted = row_attention.wants_row_attention
     attention = {"batched": lambda model: False, "row by row": wanted}
     ratios: dict[tuple[str, str], list[float]] = {}
     identical: dict[tuple[str, str], int] = {}
-    prompts = [p for name in ("gsm8k", "humaneval", "mt-bench") for p in load_prompts(name, "eval", args.limit)]
+    prompts = [p for name in ("gsm8k", "humaneval", "mt-bench") for p in load_prompts(name, args.split, args.limit)]
     for prompt in prompts:
         input_ids = chat_input_ids(tokenizer, prompt.turns[:1])
-        runs = [("plain", None, {})] + [
-            ((str(shape), mode), choice, dict(assistant_model=drafter, **shape_kwargs(shape)))
+        runs = [("plain", wanted, {})] + [
+            ((shape, mode), choice, dict(assistant_model=drafter, block_policy=f"fixed:{shape}"))
             for shape in shapes
             for mode, choice in attention.items()
         ]
@@ -54,7 +45,7 @@ def main() -> None:
         outputs = {}
         for _ in range(args.repeats):
             for name, choice, kwargs in runs:
-                row_attention.wants_row_attention = choice or wanted
+                row_attention.wants_row_attention = choice
                 start = time.perf_counter()
                 outputs[name] = target.generate(
                     input_ids=input_ids,
