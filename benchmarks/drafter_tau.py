@@ -1,0 +1,113 @@
+"""Drafters compared on the same answers: tau per dataset and block size, replayed on the target's own answers to
+held-out prompts (no timings, so the numbers do not depend on the machine's load).
+
+    python benchmarks/drafter_tau.py                                     # the shipped drafter, 20 prompts per dataset
+    python benchmarks/drafter_tau.py --drafters embedded,runs/drafter-v7/drafter --answers runs/eval-answers.jsonl
+
+Each prompt turn (MT-Bench: both turns, the second asked after the target's own greedy reply, as `blockpilot bench`
+asks it) is answered once by plain `generate` (greedy, or one sample per turn at --temperature); every drafter's
+chains are then replayed on that answer (`training/replay.py`). At T=0 these are the acceptance lengths greedy
+decoding with a fixed block size records, so tau here is the bench's fixed:N tau on the same turns. `--answers`
+keeps the answers in a JSONL file: a later run with other drafters replays on them without decoding again.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from blockpilot_hf.data import load_prompts, turn_id
+from blockpilot_hf.decoding.shape import DraftShape
+from blockpilot_hf.decoding.stats import mean_acceptance_length
+from blockpilot_hf.drafter import DFlashDrafter
+from blockpilot_hf.embedded import load_target, resolve_drafter
+from blockpilot_hf.jsonl import JsonlWriter, read_rows
+from blockpilot_hf.training.policy.collect import (
+    answer_drafts,
+    greedy_answer,
+    items_from_prompts,
+    plain_answer,
+    sampling_seed,
+)
+from blockpilot_hf.training.replay import replay_shape
+
+
+def answers(target, tokenizer, args: argparse.Namespace) -> list[dict]:
+    """Rows {id, source, start, tokens, temperature, max_new_tokens}: each prompt turn and the target's plain answer.
+    With `--answers`, rows already in that file are read instead of decoded, and new ones appended."""
+    path = Path(args.answers) if args.answers else None
+    cached = {row["id"]: row for row in read_rows(path)} if path else {}
+    for row in cached.values():
+        if (row["temperature"], row["max_new_tokens"]) != (args.temperature, args.max_new_tokens):
+            raise ValueError(
+                f"{path} holds answers at temperature {row['temperature']} with {row['max_new_tokens']} new tokens, "
+                f"not {args.temperature} and {args.max_new_tokens}: pass another --answers file."
+            )
+    wanted = [
+        turn_id(prompt.id, t)
+        for name in args.datasets.split(",")
+        for prompt in load_prompts(name, args.split, args.limit)
+        for t in range(1, min(args.turns, len(prompt.turns)) + 1)
+    ]
+    spec = ",".join(f"{name}:{args.split}" for name in args.datasets.split(","))
+    reply = greedy_answer(target, tokenizer, args.max_new_tokens)
+    todo = items_from_prompts(tokenizer, spec, args.limit, reply, args.turns, skip=frozenset(cached))
+    writer = JsonlWriter(path) if path else None
+    for item in tqdm(todo, desc="answers", unit="turn"):
+        input_ids = torch.tensor([item.input_ids])
+        plain, _ = plain_answer(target, input_ids, args.max_new_tokens, args.temperature, sampling_seed(item.prompt_id))
+        row = {"id": item.prompt_id, "source": item.source, "start": len(item.input_ids), "tokens": plain[0].tolist()}
+        cached[item.prompt_id] = row = {**row, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
+        if writer:
+            writer.append(row)
+    return [cached[i] for i in wanted]
+
+
+def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_tokens: int) -> dict:
+    """{(source, size): pooled tau} and {("all", size): ...} of `drafter`'s chains replayed on every answer."""
+    shapes = [DraftShape(size) for size in sizes]
+    lengths: dict[tuple[str, int], list[int]] = defaultdict(list)
+    for row in tqdm(rows, desc="replay", unit="turn", leave=False):
+        tokens = torch.tensor(row["tokens"])
+        matches, _ = answer_drafts(target, drafter, tokens, row["start"], shapes)
+        for shape in shapes:
+            steps = replay_shape(shape, tokens, row["start"], row["start"] + max_new_tokens, matches)
+            lengths[(row["source"], shape.block_size)] += steps
+            lengths[("all", shape.block_size)] += steps
+    return {key: mean_acceptance_length(steps) for key, steps in lengths.items()}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--drafters", default="embedded", help="comma-separated drafter folders; 'embedded' = shipped")
+    parser.add_argument("--datasets", default="gsm8k,humaneval,mt-bench")
+    parser.add_argument("--split", default="eval", help="prompt split (eval, or policy)")
+    parser.add_argument("--limit", type=int, default=20, help="prompts per dataset")
+    parser.add_argument("--turns", type=int, default=2, help="turns per multi-turn prompt (MT-Bench)")
+    parser.add_argument("--block-sizes", default="2,4,8")
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--temperature", type=float, default=0.0, help="0 = greedy answers")
+    parser.add_argument("--answers", default=None, help="JSONL file keeping the answers between runs")
+    args = parser.parse_args()
+    sizes = [int(s) for s in args.block_sizes.split(",")]
+    target, tokenizer = load_target("smollm2")
+    rows = answers(target, tokenizer, args)
+    sources = sorted({row["source"] for row in rows}) + ["all"]
+    turns = {source: sum(row["source"] == source for row in rows) for source in sources[:-1]}
+    turns["all"] = len(rows)
+    print(f"\ntau (mean tokens per target pass) of greedy chains, T={args.temperature:g}, {args.max_new_tokens} tokens")
+    print("| drafter | block size | " + " | ".join(f"{s} ({turns[s]} turns)" for s in sources) + " |")
+    print("|---|---|" + "---|" * len(sources))
+    for name in args.drafters.split(","):
+        drafter = DFlashDrafter.from_pretrained(resolve_drafter(name), dtype=target.dtype)
+        taus = drafter_taus(target, drafter, rows, sizes, args.max_new_tokens)
+        for size in sizes:
+            print(f"| {name} | {size} | " + " | ".join(f"{taus[(s, size)]:.2f}" for s in sources) + " |")
+
+
+if __name__ == "__main__":
+    main()
