@@ -28,7 +28,6 @@ from blockpilot_hf.embedded import load_target, resolve_drafter
 from blockpilot_hf.jsonl import JsonlWriter, read_rows
 from blockpilot_hf.training.policy.collect import (
     answer_drafts,
-    greedy_answer,
     items_from_prompts,
     plain_answer,
     sampling_seed,
@@ -54,14 +53,30 @@ def answers(target, tokenizer, args: argparse.Namespace) -> list[dict]:
         for t in range(1, min(args.turns, len(prompt.turns)) + 1)
     ]
     spec = ",".join(f"{name}:{args.split}" for name in args.datasets.split(","))
-    reply = greedy_answer(target, tokenizer, args.max_new_tokens)
+    greedy: dict[tuple[int, ...], torch.Tensor] = {}  # greedy answers of earlier turns, by their input ids
+
+    def reply(input_ids: torch.Tensor) -> str:
+        """The greedy reply a later turn is asked after; kept, since at T=0 it is also that turn's answer."""
+        plain, _ = plain_answer(target, input_ids, args.max_new_tokens)
+        greedy[tuple(input_ids[0].tolist())] = plain
+        return tokenizer.decode(plain[0, input_ids.shape[1] :], skip_special_tokens=True)
+
     todo = items_from_prompts(tokenizer, spec, args.limit, reply, args.turns, skip=frozenset(cached))
     writer = JsonlWriter(path) if path else None
     for item in tqdm(todo, desc="answers", unit="turn"):
-        input_ids = torch.tensor([item.input_ids])
-        plain, _ = plain_answer(target, input_ids, args.max_new_tokens, args.temperature, sampling_seed(item.prompt_id))
-        row = {"id": item.prompt_id, "source": item.source, "start": len(item.input_ids), "tokens": plain[0].tolist()}
-        cached[item.prompt_id] = row = {**row, "temperature": args.temperature, "max_new_tokens": args.max_new_tokens}
+        plain = greedy.get(tuple(item.input_ids)) if args.temperature == 0 else None
+        if plain is None:
+            input_ids = torch.tensor([item.input_ids])
+            seed = sampling_seed(item.prompt_id)
+            plain, _ = plain_answer(target, input_ids, args.max_new_tokens, args.temperature, seed)
+        cached[item.prompt_id] = row = {
+            "id": item.prompt_id,
+            "source": item.source,
+            "start": len(item.input_ids),
+            "tokens": plain[0].tolist(),
+            "temperature": args.temperature,
+            "max_new_tokens": args.max_new_tokens,
+        }
         if writer:
             writer.append(row)
     return [cached[i] for i in wanted]
