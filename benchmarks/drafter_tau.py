@@ -15,71 +15,30 @@ from __future__ import annotations
 
 import argparse
 from collections import defaultdict
-from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from blockpilot_hf.data import load_prompts, turn_id
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.decoding.stats import mean_acceptance_length
 from blockpilot_hf.drafter import DFlashDrafter
 from blockpilot_hf.embedded import load_target, resolve_drafter
-from blockpilot_hf.jsonl import JsonlWriter, read_rows
-from blockpilot_hf.training.policy.collect import (
-    answer_drafts,
-    items_from_prompts,
-    plain_answer,
-    sampling_seed,
-)
+from blockpilot_hf.training.answers import AnswerCache, sampling_seed
+from blockpilot_hf.training.policy.collect import answer_drafts, items_from_prompts
 from blockpilot_hf.training.replay import replay_shape
 
 
 def answers(target, tokenizer, args: argparse.Namespace) -> list[dict]:
-    """Rows {id, source, start, tokens, temperature, max_new_tokens}: each prompt turn and the target's plain answer.
-    With `--answers`, rows already in that file are read instead of decoded, and new ones appended."""
-    path = Path(args.answers) if args.answers else None
-    cached = {row["id"]: row for row in read_rows(path)} if path else {}
-    for row in cached.values():
-        if (row["temperature"], row["max_new_tokens"]) != (args.temperature, args.max_new_tokens):
-            raise ValueError(
-                f"{path} holds answers at temperature {row['temperature']} with {row['max_new_tokens']} new tokens, "
-                f"not {args.temperature} and {args.max_new_tokens}: pass another --answers file."
-            )
-    wanted = [
-        turn_id(prompt.id, t)
-        for name in args.datasets.split(",")
-        for prompt in load_prompts(name, args.split, args.limit)
-        for t in range(1, min(args.turns, len(prompt.turns)) + 1)
-    ]
+    """Rows {id, source, start, tokens (S,)}: each prompt turn and the target's plain answer. With `--answers`,
+    answers already in that file are read instead of decoded, and new ones appended."""
+    cache = AnswerCache(target, args.max_new_tokens, args.answers)
     spec = ",".join(f"{name}:{args.split}" for name in args.datasets.split(","))
-    greedy: dict[tuple[int, ...], torch.Tensor] = {}  # greedy answers of earlier turns, by their input ids
-
-    def reply(input_ids: torch.Tensor) -> str:
-        """The greedy reply a later turn is asked after; kept, since at T=0 it is also that turn's answer."""
-        plain, _ = plain_answer(target, input_ids, args.max_new_tokens)
-        greedy[tuple(input_ids[0].tolist())] = plain
-        return tokenizer.decode(plain[0, input_ids.shape[1] :], skip_special_tokens=True)
-
-    todo = items_from_prompts(tokenizer, spec, args.limit, reply, args.turns, skip=frozenset(cached))
-    writer = JsonlWriter(path) if path else None
-    for item in tqdm(todo, desc="answers", unit="turn"):
-        plain = greedy.get(tuple(item.input_ids)) if args.temperature == 0 else None
-        if plain is None:
-            input_ids = torch.tensor([item.input_ids])
-            seed = sampling_seed(item.prompt_id)
-            plain, _ = plain_answer(target, input_ids, args.max_new_tokens, args.temperature, seed)
-        cached[item.prompt_id] = row = {
-            "id": item.prompt_id,
-            "source": item.source,
-            "start": len(item.input_ids),
-            "tokens": plain[0].tolist(),
-            "temperature": args.temperature,
-            "max_new_tokens": args.max_new_tokens,
-        }
-        if writer:
-            writer.append(row)
-    return [cached[i] for i in wanted]
+    rows = []
+    for item in tqdm(items_from_prompts(tokenizer, spec, args.limit, cache.reply(tokenizer), args.turns), "answers"):
+        input_ids = torch.tensor([item.input_ids])
+        plain, _ = cache.answer(input_ids, args.temperature, sampling_seed(item.prompt_id))
+        rows.append({"id": item.prompt_id, "source": item.source, "start": len(item.input_ids), "tokens": plain[0]})
+    return rows
 
 
 def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_tokens: int) -> dict:
@@ -87,7 +46,7 @@ def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_to
     shapes = [DraftShape(size) for size in sizes]
     lengths: dict[tuple[str, int], list[int]] = defaultdict(list)
     for row in tqdm(rows, desc="replay", unit="turn", leave=False):
-        tokens = torch.tensor(row["tokens"])
+        tokens = row["tokens"]
         matches, _ = answer_drafts(target, drafter, tokens, row["start"], shapes)
         for shape in shapes:
             steps = replay_shape(shape, tokens, row["start"], row["start"] + max_new_tokens, matches)

@@ -16,15 +16,9 @@ from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.decoding.tree import DraftTree
 from blockpilot_hf.jsonfile import save_json
 from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, repetitive_prompt, synthetic_items
+from blockpilot_hf.training.answers import plain_answer, sampling_seed
 from blockpilot_hf.training.drafter.target_features import target_pass
-from blockpilot_hf.training.policy.collect import (
-    CollectItem,
-    collect,
-    collect_prompt,
-    plain_answer,
-    replay_prompt,
-    sampling_seed,
-)
+from blockpilot_hf.training.policy.collect import CollectItem, collect, collect_prompt, replay_prompt
 from blockpilot_hf.training.policy.collected import read_records
 from blockpilot_hf.training.policy.config import CollectConfig, FitConfig
 from blockpilot_hf.training.policy.fit import fit_policy

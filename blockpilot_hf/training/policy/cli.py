@@ -50,10 +50,11 @@ def _load_pair(target_name: str, drafter_dir: Path, dtype: str | None = None):
 
 
 def _collect_inputs(job: CollectJob, config: CollectConfig):
-    """(target, drafter, items) on this process's device, the drafter folder checked before the target loads.
-    Prompts already in `job.out` are skipped (later turns are asked after replies generated here)."""
+    """(target, drafter, items, answers) on this process's device, the drafter folder checked before the target
+    loads. Prompts already in `job.out` are skipped (later turns are asked after greedy replies kept in `answers`)."""
     drafter_dir = drafter_folder(job.drafter)
-    from .collect import greedy_answer, items_from_prompts, process_state
+    from ..answers import AnswerCache
+    from .collect import items_from_prompts, process_state
     from .collected import META_NAME, read_records
 
     target, tokenizer, drafter = _load_pair(job.target, drafter_dir)
@@ -61,16 +62,17 @@ def _collect_inputs(job: CollectJob, config: CollectConfig):
     target, drafter = target.to(device), drafter.to(device)
     out = Path(job.out)
     done = {r.prompt_id for r in read_records(out)[1]} if (out / META_NAME).exists() else set()
-    answer = greedy_answer(target, tokenizer, config.max_new_tokens)
-    return target, drafter, items_from_prompts(tokenizer, job.prompts, job.limit, answer, job.turns, done)
+    answers = AnswerCache(target, config.max_new_tokens, config.answers)
+    items = items_from_prompts(tokenizer, job.prompts, job.limit, answers.reply(tokenizer), job.turns, done)
+    return target, drafter, items, answers
 
 
 def run_collect(job: CollectJob, config: CollectConfig) -> None:
     from .collect import collect, process_state
 
-    target, drafter, items = _collect_inputs(job, config)
+    target, drafter, items, answers = _collect_inputs(job, config)
     state = process_state()
-    new = collect(target, drafter, items, Path(job.out), config)
+    new = collect(target, drafter, items, Path(job.out), config, answers=answers)
     print(f"process {state.process_index}: collected {len(new)} new prompts into {job.out}")
 
 
@@ -119,7 +121,7 @@ def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitC
     command = command_line("make-policy", job, collect_config, fit)
     if fit.name == FitConfig().name:  # unnamed: the policy is called after its folder
         fit = dataclasses.replace(fit, name=Path(job.out).name)
-    target, drafter, items = _collect_inputs(job, collect_config)
+    target, drafter, items, _ = _collect_inputs(job, collect_config)
     out = make_policy(target, drafter, items, job, collect_config, fit, command)
     if out is not None:
         print(f"wrote {out} (card: {out / 'README.md'})" + (f"; pushed to {job.push_to}" if job.push_to else ""))

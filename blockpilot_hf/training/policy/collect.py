@@ -16,7 +16,6 @@ the prompts already in any shard.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,12 +26,12 @@ import torch
 from ...constants import portable_id
 from ...decoding.engine import Prefill
 from ...decoding.shape import DraftShape
-from ...decoding.stats import device_clock
 from ...decoding.tree import TREE_TOP_K, DraftTree, grow_tree
 from ...drafter import DFlashDrafter
-from ...generation import enable, sampling_kwargs
+from ...generation import enable
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
+from ..answers import AnswerCache, plain_answer, sampling_seed
 from ..drafter.target_features import target_pass
 from ..replay import draft_matches, replay_shape
 from .collected import SHARD_GLOB, CollectMeta, PromptRecord, SizeRun, read_records, shard_writer
@@ -66,35 +65,6 @@ class _FeatureRecorder:
     def __call__(self, prefill: Prefill) -> DraftShape:
         self.features = extract_features(prefill, self.spec)
         return self.shape
-
-
-def greedy_answer(target, tokenizer, max_new_tokens: int) -> Answer:
-    """The target's plain greedy reply (at most `max_new_tokens`), as text: bench's reference answer."""
-
-    def answer(input_ids: torch.Tensor) -> str:
-        with torch.inference_mode():
-            out = target.generate(input_ids=input_ids.to(target.device), max_new_tokens=max_new_tokens, do_sample=False)
-        return tokenizer.decode(out[0, input_ids.shape[1] :], skip_special_tokens=True)
-
-    return answer
-
-
-def sampling_seed(prompt_id: str) -> int:
-    """A seed fixed by the prompt's id, so a rerun or another shard samples a prompt's answer the same way."""
-    return int(hashlib.sha256(prompt_id.encode()).hexdigest()[:8], 16)
-
-
-def plain_answer(
-    target, input_ids: torch.Tensor, max_new_tokens: int, temperature: float = 0.0, seed: int = 0
-) -> tuple[torch.Tensor, float]:
-    """Plain `generate` (1, T+N) and its seconds: the reference every candidate is checked or replayed on.
-    Greedy at temperature 0; else one sample of the full distribution at `temperature`, as bench samples."""
-    if temperature > 0:
-        torch.manual_seed(seed)
-    start = device_clock(target.device)
-    with torch.inference_mode():
-        plain = target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, **sampling_kwargs(temperature))
-    return plain, device_clock(target.device) - start
 
 
 def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
@@ -136,13 +106,15 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
     return _record(item, plain, plain_time, features, runs)
 
 
-def replay_prompt(target, drafter: DrafterSource, item: CollectItem, config: CollectConfig) -> PromptRecord:
-    """Plain `generate` once (greedy, or one sample at `config.temperature`), then every candidate's steps
-    replayed on that answer (`training.replay`) instead of decoded: one target pass in all rather than one per step
-    and candidate. Runs carry no timings."""
+def replay_prompt(
+    target, drafter: DrafterSource, item: CollectItem, config: CollectConfig, answers: AnswerCache | None = None
+) -> PromptRecord:
+    """Plain `generate` once (greedy, or one sample at `config.temperature`; from `answers` when it holds it), then
+    every candidate's steps replayed on that answer (`training.replay`) instead of decoded: one target pass in all
+    rather than one per step and candidate. Runs carry no timings."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
-    seed = sampling_seed(item.prompt_id)
-    plain, plain_time = plain_answer(target, input_ids, config.max_new_tokens, config.temperature, seed)
+    answers = answers or AnswerCache(target, config.max_new_tokens)
+    plain, plain_time = answers.answer(input_ids, config.temperature, sampling_seed(item.prompt_id))
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     recorder = _FeatureRecorder(DraftShape(1), spec_for(target, model, config.top_k))
     with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
@@ -256,15 +228,18 @@ def collect(
     out: Path,
     config: CollectConfig,
     meta_drafter: DFlashDrafter | None = None,
+    answers: AnswerCache | None = None,
 ) -> list[PromptRecord]:
     """Collect every item not yet in `out` (sharded across accelerate processes); returns this process's new records.
 
-    `meta_drafter` describes the drafter in `collect.json` when `drafter` is a per-prompt factory."""
+    `meta_drafter` describes the drafter in `collect.json` when `drafter` is a per-prompt factory; `answers` holds
+    plain answers a replay reuses (by default, only those of this call)."""
     from tqdm.auto import tqdm
 
     state = process_state()
     out = Path(out)
     enable(target)
+    answers = answers or AnswerCache(target, config.max_new_tokens, config.answers)
     reference = drafter if isinstance(drafter, DFlashDrafter) else meta_drafter
     if reference is None:
         raise ValueError("Pass `meta_drafter` (a drafter of the same configuration) when `drafter` is a factory.")
@@ -288,7 +263,10 @@ def collect(
             disable=not state.is_local_main_process,
         )
         for item in bar:
-            record = (replay_prompt if config.replay else collect_prompt)(target, drafter, item, config)
+            if config.replay:
+                record = replay_prompt(target, drafter, item, config, answers)
+            else:
+                record = collect_prompt(target, drafter, item, config)
             shard.append(record)  # one line per prompt, flushed before the next starts
             new.append(record)
             bar.set_postfix(tau_max=f"{max(r.tau for r in record.runs):.2f}")

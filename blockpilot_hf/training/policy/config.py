@@ -59,6 +59,14 @@ class CollectConfig:
         },
     )
 
+    answers: str | None = field(
+        default=None,
+        metadata={
+            "help": "JSONL file keeping the plain answers of a --replay collect: a later collect (another drafter, "
+            "same target, prompts and settings) replays on them instead of decoding them again; unset = not kept"
+        },
+    )
+
     def __post_init__(self) -> None:
         self.block_sizes = sorted({1, *map(int, self.block_sizes)})
         if self.max_new_tokens < 1 or self.block_sizes[0] < 1:
@@ -69,6 +77,11 @@ class CollectConfig:
             raise ValueError(
                 f"--temperature {self.temperature:g} needs --replay: a decoded collect checks every run token for "
                 "token against plain greedy output, which sampled runs cannot match."
+            )
+        if self.answers and not self.replay:
+            raise ValueError(
+                f"--answers {self.answers} needs --replay: a decoded collect times its own plain answers, so it "
+                "decodes them again rather than reusing kept ones."
             )
         shapes = sorted({DraftShape.parse(s) for s in self.shapes})
         if any(s.is_chain for s in shapes):
