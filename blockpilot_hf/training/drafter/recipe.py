@@ -10,6 +10,7 @@ target's LM head on block positions 1..K-1. Target features are computed once pe
 from __future__ import annotations
 
 import copy
+import functools
 import json
 import logging
 import math
@@ -337,7 +338,6 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
 
     # 3. Loop: one optimizer step per `sequences_per_step` sequences, each sequence one packed forward.
     generator = torch.Generator().manual_seed(cfg.seed + state["step"])
-    order = torch.randperm(len(train), generator=torch.Generator().manual_seed(cfg.seed)).tolist()
     start_time, elapsed_before = time.time(), state["elapsed"]
     bar = tqdm(total=total_steps, initial=state["step"], desc="train-drafter", disable=not accelerator.is_main_process)
     metrics = JsonlWriter(out / METRICS_NAME)  # steps redone after a resume are appended again; the last one wins
@@ -358,7 +358,8 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         losses, accs = [], []
         for j in range(cfg.sequences_per_step):
             idx = (step * cfg.sequences_per_step + j) * accelerator.num_processes + accelerator.process_index
-            seq = train[order[idx % len(train)]]
+            epoch, position = divmod(idx, len(train))
+            seq = train[visit_order(len(train), cfg.seed, epoch)[position]]
             with accelerator.autocast():
                 loss, acc = sequence_loss(
                     drafter, embed, head, cache.get(seq.id, seq.tokens[None]), seq, cfg, weights, vocab_map, generator
@@ -403,6 +404,14 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         write_training_card(model, final, cfg, train, out / METRICS_NAME)
         model.to(torch.float32)
     return final
+
+
+@functools.lru_cache(maxsize=2)
+def visit_order(count: int, seed: int, epoch: int) -> tuple[int, ...]:
+    """The order epoch `epoch` reads the `count` training sequences in: a new shuffle each epoch, so no two epochs
+    feed the same sequences to the same steps, and the same one on every resume (epoch 0 reads in seed order)."""
+    generator = torch.Generator().manual_seed(seed + 7919 * epoch)
+    return tuple(torch.randperm(count, generator=generator).tolist())
 
 
 def data_summary(train: list[TrainingSequence], val: list[TrainingSequence]) -> dict:

@@ -28,6 +28,7 @@ from blockpilot_hf.training.drafter.recipe import (
     soft_label_loss,
     train_drafter,
     validation_split,
+    visit_order,
 )
 from blockpilot_hf.training.drafter.target_features import target_pass
 
@@ -76,6 +77,13 @@ def test_packed_training_forward_equals_decoding_drafts():
         cache = DynamicCache(config=drafter.config)
         logits = drafter.draft(embed, head, tokens[p].view(1, 1), features[None, :p], 4, cache)
         torch.testing.assert_close(head(packed[a, 1:]), logits[0])
+
+
+def test_every_epoch_reads_every_sequence_once_in_its_own_order():
+    epochs = [visit_order(50, seed=3, epoch=e) for e in range(3)]
+    assert all(sorted(order) == list(range(50)) for order in epochs)
+    assert len(set(epochs)) == 3  # reshuffled each epoch
+    assert visit_order.__wrapped__(50, 3, 1) == epochs[1]  # the same order again after a resume
 
 
 @pytest.mark.parametrize("loss_vocab_size", [0, 32])
