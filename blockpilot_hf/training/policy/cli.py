@@ -104,7 +104,8 @@ def run_train(job: TrainPolicyJob, config: FitConfig) -> None:
 def run_evaluate(config: EvaluatePolicyConfig) -> None:
     from .evaluate import evaluate_policy
 
-    report = evaluate_policy(config.policy_dir, Path(config.collect_dir), Path(config.plots) if config.plots else None)
+    plots = Path(config.plots) if config.plots else None
+    report = evaluate_policy(config.policy_dir, Path(config.collect_dir), plots, config.heldout_fraction)
     print(report.markdown())
 
 

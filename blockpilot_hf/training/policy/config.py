@@ -193,6 +193,17 @@ class EvaluatePolicyConfig:
     policy_dir: str = field(metadata={"help": "policy folder, Hub id or 'embedded' (the shipped SmolLM2 policy)"})
     collect_dir: str = field(metadata={"help": "collect folder of held-out prompts (e.g. the eval split)"})
     plots: str | None = field(default=None, metadata={"help": "folder for PNG plots; unset = no plots"})
+    heldout_fraction: float = field(
+        default=0.0,
+        metadata={
+            "help": "score only the prompts train-policy holds out at this fraction (it holds out 0.2 unless told), to "
+            "compare policies trained on the folder's other prompts; 0 = every prompt"
+        },
+    )
+
+    def __post_init__(self) -> None:
+        if not 0.0 <= self.heldout_fraction < 1.0:
+            raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
 
 
 @dataclass(kw_only=True)

@@ -244,15 +244,21 @@ def make_plots(
     return paths
 
 
-def evaluate_policy(policy_dir: str | Path, collect_dir: Path, plots: Path | None = None) -> EvaluationReport:
+def evaluate_policy(
+    policy_dir: str | Path, collect_dir: Path, plots: Path | None = None, heldout_fraction: float = 0.0
+) -> EvaluationReport:
     """Load a policy (a folder, a Hub id or 'embedded') and a held-out collect folder, score everything, optionally
-    draw plots."""
+    draw plots. With `heldout_fraction`, only the prompts `train-policy` holds out at that fraction are scored, so
+    policies trained on the folder's other prompts are compared on prompts none of them was trained on."""
     from ...embedded import load_policy
+    from .fit import is_heldout
 
     policy = load_policy(policy_dir)
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
     cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed
+    if heldout_fraction:
+        records = [r for r in records if is_heldout(r.prompt_id, heldout_fraction)]
     report = evaluate_records(policy, records, cost, meta.temperature)
     if plots is not None:
         make_plots(policy, records, report, Path(plots), meta.temperature)

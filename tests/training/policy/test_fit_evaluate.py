@@ -122,6 +122,15 @@ def test_cli_train_and_evaluate_with_plots(task, tmp_path, capsys):
     ]
 
 
+def test_evaluate_can_score_only_the_prompts_training_holds_out(task, capsys):
+    _, heldout = split_records(task.train, 0.25)
+    assert 0 < len(heldout) < len(task.train)
+    report = evaluate_policy(task.policy_dir, task.train_dir, heldout_fraction=0.25)
+    assert len(report.choices["oracle"]) == len(heldout)
+    main(["evaluate-policy", str(task.policy_dir), str(task.train_dir), "--heldout-fraction", "0.25"])
+    assert capsys.readouterr().out.strip() == report.markdown().strip()
+
+
 def test_evaluate_refuses_data_without_the_policy_sizes(task, tmp_path):
     import json
     import shutil
