@@ -49,7 +49,7 @@ def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_to
         tokens = row["tokens"]
         matches, _ = answer_drafts(target, drafter, tokens, row["start"], shapes)
         for shape in shapes:
-            steps = replay_shape(shape, tokens, row["start"], row["start"] + max_new_tokens, matches)
+            steps = replay_shape(shape, tokens, row["start"], row["start"] + max_new_tokens, matches).acceptance_lengths
             lengths[(row["source"], shape.block_size)] += steps
             lengths[("all", shape.block_size)] += steps
     return {key: mean_acceptance_length(steps) for key, steps in lengths.items()}

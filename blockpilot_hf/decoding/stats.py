@@ -95,6 +95,12 @@ class GenerationStats:
         return [s.acceptance_length for s in self.steps]
 
     @property
+    def copied(self) -> list[int]:
+        """Drafts each step copied by prompt lookup (0 where the drafter drafted, or nothing was): what prices a
+        lookup step, which skips the drafter and verifies the copy."""
+        return [s.block_size - 1 if s.source == "lookup" else 0 for s in self.steps]
+
+    @property
     def tau(self) -> float:
         """Mean acceptance length (`mean_acceptance_length`; 1.0 without steps)."""
         return mean_acceptance_length(self.acceptance_lengths)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from ..cards import CardResult, card_metadata, render_template
-from .config import BlockPolicyConfig
+from .config import BlockPolicyConfig, CostModel
 
 TAGS = ("blockpilot", "dflash", "speculative-decoding", "block-size-policy")
 
@@ -21,6 +21,14 @@ def results_table(config: BlockPolicyConfig) -> str:
     return "\n".join(rows)
 
 
+def copy_ladder(cost: CostModel) -> str:
+    """The copy ladder in words: ms of a lookup step per tokens it verified."""
+    if not cost.copy_sizes:
+        return ""
+    steps = ", ".join(f"{n}: {s * 1e3:.1f}" for n, s in zip(cost.copy_sizes, cost.copy_seconds, strict=True))
+    return f"; a lookup step verifying n tokens, in ms: {steps}"
+
+
 def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, details: str = "") -> str:
     """Fill the template in `hub_cards/blockpilot_policy.md` from the config; `location` is the Python expression
     the Use snippet loads the policy by (see `cards.location_hint`), `details` markdown added at the end."""
@@ -32,6 +40,7 @@ def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, d
             [f"b={b}: {s * 1e3:.2f} ms" for b, s in zip(cost.block_sizes, cost.seconds, strict=True)]
             + [f"{shape}: {s * 1e3:.2f} ms" for shape, s in cost.shapes.items()]
         )
+        + copy_ladder(cost)
         if cost
         else "none stored (calibrate before use)"
     )

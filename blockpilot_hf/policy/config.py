@@ -48,60 +48,96 @@ class FeatureSpec:
         return self.num_groups * self.hidden_size + self.num_stats
 
 
+def _sorted_ladder(sizes: list[int], seconds: list[float]) -> tuple[list[int], list[float]]:
+    order = sorted(range(len(sizes)), key=sizes.__getitem__)
+    return [int(sizes[i]) for i in order], [float(seconds[i]) for i in order]
+
+
+def _interpolate(sizes: list[int], seconds: list[float], size: int) -> float:
+    """Seconds at `size` on a ladder measured at `sizes` (sorted): linear between points, beyond them along the
+    nearest slope."""
+    if size in sizes:
+        return seconds[sizes.index(size)]
+    if len(sizes) == 1:
+        return seconds[0]
+    i = 1
+    while i < len(sizes) - 1 and sizes[i] < size:
+        i += 1
+    lo, hi = i - 1, i
+    slope = (seconds[hi] - seconds[lo]) / (sizes[hi] - sizes[lo])
+    return max(seconds[lo] + slope * (size - sizes[lo]), 1e-9)
+
+
 @dataclass
 class CostModel:
     """Seconds per decoding step (draft + verify) for each block size, measured on some device, and for each tree /
     prompt-lookup `DraftShape` (mean seconds per step of that shape, by its text form).
 
     Size 1 is one target forward and no drafter pass. Sizes between measured ones are interpolated linearly; a shape
-    costs what was measured for it (its steps verify a varying number of tokens, and lookup steps skip the
-    drafter)."""
+    costs what was measured for it on average. A lookup step skips the drafter and verifies what it copied, so how
+    often a lookup shape copies (text that repeats: nearly every step) sets its cost on a given prompt: the copy
+    ladder (`copy_sizes`: tokens verified, copied drafts + 1; `copy_seconds`) prices such steps one by one
+    (`run_seconds`)."""
 
     block_sizes: list[int]
     seconds: list[float]
     device: str = "unknown"
     source: str = "collected"  # "collected" (from collect runs), "calibrated" (blockpilot calibrate), "synthetic"
     shapes: dict[str, float] = field(default_factory=dict)
+    copy_sizes: list[int] = field(default_factory=list)
+    copy_seconds: list[float] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
             raise ValueError("CostModel needs one positive `seconds` value per block size.")
-        if any(s <= 0 for s in [*self.seconds, *self.shapes.values()]):
-            raise ValueError(f"CostModel seconds must be positive, got {self.seconds} and {self.shapes}.")
-        order = sorted(range(len(self.block_sizes)), key=self.block_sizes.__getitem__)
-        self.block_sizes = [int(self.block_sizes[i]) for i in order]
-        self.seconds = [float(self.seconds[i]) for i in order]
+        if len(self.copy_sizes) != len(self.copy_seconds):
+            raise ValueError("CostModel needs one `copy_seconds` value per copy size.")
+        if any(s <= 0 for s in [*self.seconds, *self.shapes.values(), *self.copy_seconds]):
+            raise ValueError(
+                f"CostModel seconds must be positive, got {self.seconds}, {self.shapes} and {self.copy_seconds}."
+            )
+        self.block_sizes, self.seconds = _sorted_ladder(self.block_sizes, self.seconds)
+        self.copy_sizes, self.copy_seconds = _sorted_ladder(self.copy_sizes, self.copy_seconds)
         self.shapes = {str(DraftShape.parse(k)): float(v) for k, v in self.shapes.items()}
 
     def step_seconds(self, candidate: int | DraftShape) -> float:
-        """Cost of one step of a candidate: a block size (linear interpolation, flat extrapolation by the nearest
+        """Mean cost of one step of a candidate: a block size (linear interpolation, flat extrapolation by the nearest
         slope) or a tree / lookup shape (as measured; KeyError if it never was)."""
         shape = DraftShape.parse(candidate)
         if not shape.is_chain:
             if str(shape) not in self.shapes:
                 raise KeyError(f"The cost model has no measurement of draft shape {shape}; collect runs with it.")
             return self.shapes[str(shape)]
-        block_size = shape.block_size
-        sizes, secs = self.block_sizes, self.seconds
-        if block_size in sizes:
-            return secs[sizes.index(block_size)]
-        if len(sizes) == 1:
-            return secs[0]
-        i = 1
-        while i < len(sizes) - 1 and sizes[i] < block_size:
-            i += 1
-        lo, hi = i - 1, i
-        slope = (secs[hi] - secs[lo]) / (sizes[hi] - sizes[lo])
-        return max(secs[lo] + slope * (block_size - sizes[lo]), 1e-9)
+        return _interpolate(self.block_sizes, self.seconds, shape.block_size)
+
+    def run_seconds(self, candidate: int | DraftShape, copied: list[int]) -> float:
+        """Mean cost of the steps of one run, given the drafts each step copied (`copied`, 0 for none): a step that
+        copied m verifies m + 1 tokens (the copy ladder), any other step costs the candidate's chain without lookup.
+        Trees, and models or runs without copy data, cost `step_seconds(candidate)`."""
+        shape = DraftShape.parse(candidate)
+        if not (shape.lookup_tokens and not shape.tree_budget and self.copy_sizes and copied):
+            return self.step_seconds(shape)
+        plain = self.step_seconds(shape.block_size)
+        steps = [_interpolate(self.copy_sizes, self.copy_seconds, m + 1) if m else plain for m in copied]
+        return sum(steps) / len(steps)
 
     def with_shapes_from(self, stored: CostModel | None) -> CostModel:
-        """This model plus the tree / lookup shapes only `stored` prices, scaled by this model's plain step over
-        stored's: a calibration times block sizes, and shapes keep their collected cost relative to a plain step."""
-        missing = {k: v for k, v in (stored.shapes if stored else {}).items() if k not in self.shapes}
-        if not missing:
+        """This model plus the tree / lookup shapes (and the copy ladder) only `stored` prices, scaled by this
+        model's plain step over stored's: a calibration times block sizes, and shapes keep their collected cost
+        relative to a plain step."""
+        if stored is None:
+            return self
+        missing = {k: v for k, v in stored.shapes.items() if k not in self.shapes}
+        take_copies = bool(stored.copy_sizes) and not self.copy_sizes
+        if not missing and not take_copies:
             return self
         scale = self.step_seconds(1) / stored.step_seconds(1)
-        return replace(self, shapes={**self.shapes, **{k: v * scale for k, v in missing.items()}})
+        shapes = {**self.shapes, **{k: v * scale for k, v in missing.items()}}
+        if not take_copies:
+            return replace(self, shapes=shapes)
+        return replace(
+            self, shapes=shapes, copy_sizes=stored.copy_sizes, copy_seconds=[t * scale for t in stored.copy_seconds]
+        )
 
     def covers(self, candidates: list[int | DraftShape]) -> bool:
         """Whether every candidate has a cost: block sizes within the measured range, shapes measured."""

@@ -47,18 +47,33 @@ def choose_size(taus: Sequence[float], candidates: Sequence[C], rule: str, cost:
     return candidates[best]
 
 
-def cost_from_steps(steps: dict[int | DraftShape, list[float]], device: str, source: str) -> CostModel:
+def cost_from_steps(
+    steps: dict[int | DraftShape, list[float]],
+    device: str,
+    source: str,
+    copy_steps: dict[int, list[float]] | None = None,
+) -> CostModel:
     """A cost model from measured per-step seconds (draft + verify) per block size or draft shape, the median of
-    each (robust to noise).
+    each (robust to noise), and of prompt-lookup steps per tokens verified (`copy_steps`, the copy ladder).
 
-    The one builder: calibration passes each step's time, collected records each prompt's mean step time
-    (`training.policy.collected.step_seconds_by_candidate`). Candidates without times are left out."""
+    The one builder: calibration passes each run's mean step time and each lookup step's time, collected records
+    each prompt's mean step time (`training.policy.collected.step_seconds_by_candidate`). Candidates without times
+    are left out."""
     medians = {DraftShape.parse(c): statistics.median(secs) for c, secs in steps.items() if secs}
     chains = sorted(c for c in medians if c.is_chain)
     if not chains:
         raise ValueError("No timed steps at any block size to build a cost model from.")
     shapes = {str(c): t for c, t in sorted(medians.items()) if not c.is_chain}
-    return CostModel([c.block_size for c in chains], [medians[c] for c in chains], device, source, shapes)
+    copies = {n: statistics.median(secs) for n, secs in sorted((copy_steps or {}).items()) if secs}
+    return CostModel(
+        [c.block_size for c in chains],
+        [medians[c] for c in chains],
+        device,
+        source,
+        shapes,
+        list(copies),
+        list(copies.values()),
+    )
 
 
 def device_name(device: torch.device | str) -> str:
@@ -111,7 +126,8 @@ def calibrate(
 
     Each round decodes every prompt (1, T) with every candidate, in an order that rotates so that load on a
     shared machine falls on all alike. A run's cost is its mean seconds per step (draft + verify, what decoding
-    pays), and a candidate's the median over runs. Prompt lookup copies only where the text repeats, so lookup
+    pays), and a candidate's the median over runs; each lookup step's time also goes to the copy ladder, by the
+    tokens it verified. Prompt lookup copies only where the text repeats, so lookup
     shapes need real `prompts`; the default is one random prompt of 192 tokens. Size 1 is always timed."""
     from transformers import LogitsProcessorList, StoppingCriteriaList
     from transformers.generation.stopping_criteria import MaxLengthCriteria
@@ -128,6 +144,8 @@ def calibrate(
         vocab = target.get_input_embeddings().weight.shape[0]
         prompts = [torch.randint(0, vocab, (1, 192), generator=torch.Generator().manual_seed(0))]
 
+    copy_steps: dict[int, list[float]] = {}  # tokens verified by a lookup step -> its seconds
+
     def mean_step_seconds(shape: DraftShape, prompt: torch.Tensor) -> float:
         prompt = prompt.to(target.device)
         max_length = prompt.shape[1] + new_tokens
@@ -143,16 +161,20 @@ def calibrate(
             max_length=max_length,
             do_sample=False,
         )
+        for step in stats.steps:
+            if step.source == "lookup":
+                copy_steps.setdefault(step.block_size, []).append(step.draft_time + step.verify_time)
         return statistics.fmean(s.draft_time + s.verify_time for s in stats.steps)
 
     mean_step_seconds(shapes[-1], prompts[0])  # warms up kernels and allocators; not counted
+    copy_steps.clear()
     measured: dict[DraftShape, list[float]] = {shape: [] for shape in shapes}
     runs = [(r, prompt) for r in range(rounds) for prompt in prompts]
     for i, (r, prompt) in enumerate(tqdm(runs, desc="calibrate", unit="prompt", disable=len(runs) < 2)):
         turn = (i + r) % len(shapes)
         for shape in shapes[turn:] + shapes[:turn]:
             measured[shape].append(mean_step_seconds(shape, prompt))
-    cost = cost_from_steps(measured, device_name(target.device), "calibrated")
+    cost = cost_from_steps(measured, device_name(target.device), "calibrated", copy_steps)
     if save:
         path = calibration_path(target, drafter)
         path.parent.mkdir(parents=True, exist_ok=True)

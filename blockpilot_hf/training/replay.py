@@ -20,6 +20,7 @@ shape of a policy on its prompts.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -119,6 +120,13 @@ def tree_matches(tree: DraftTree, tokens: torch.Tensor, after: int) -> int:
     return n
 
 
+class ReplayedSteps(NamedTuple):
+    """The steps of one replayed run, as `GenerationStats` records them."""
+
+    acceptance_lengths: list[int]  # tokens committed per step (accepted drafts + 1)
+    copied: list[int]  # drafts each step copied by prompt lookup (0: the drafter's drafts, or none)
+
+
 def replay_shape(
     shape: DraftShape,
     tokens: torch.Tensor,
@@ -126,9 +134,9 @@ def replay_shape(
     max_length: int,
     chain_matches: Callable[[int, int], int],
     tree_at: Callable[[int, int, int], DraftTree] | None = None,
-) -> list[int]:
-    """Acceptance lengths decoding with `shape` records on `tokens` (S,), a plain (greedy or sampled) answer whose
-    first generated token is at `start`, under the length limit `max_length` (prompt + max_new_tokens).
+) -> ReplayedSteps:
+    """The steps decoding with `shape` records on `tokens` (S,), a plain (greedy or sampled) answer whose first
+    generated token is at `start`, under the length limit `max_length` (prompt + max_new_tokens).
 
     As the engine does: a chain step copies up to `lookup_tokens` tokens when the text's last n-gram recurred,
     else drafts a chain of k = min(block size, room) tokens (`chain_matches(p, k)`: matching drafts of a block of
@@ -138,12 +146,15 @@ def replay_shape(
     if shape.tree_budget and tree_at is None:
         raise ValueError(f"Draft shape {shape}: replaying a tree needs the drafter's trees (`tree_at`).")
 
+    copies: dict[int, int] = {}  # step position -> drafts it copied (lookup steps only)
+
     def accepted_at(p: int) -> int:
         room = max_length - p - 1  # tokens the sequence may still grow by
         copied = []
         if shape.lookup_tokens and room > 1:
             copied = lookup_draft(tokens[: p + 1], min(shape.lookup_tokens, room - 1))
         if copied and not shape.tree_budget:
+            copies[p] = len(copied)
             return leading_matches(copied, tokens, p)
         k = min(shape.block_size, room)
         if k <= 1:
@@ -154,4 +165,6 @@ def replay_shape(
         add_branch(tree, copied)
         return tree_matches(tree, tokens, p)
 
-    return walk(start, len(tokens), accepted_at)
+    lengths = walk(start, len(tokens), accepted_at)
+    positions = list(itertools.accumulate(lengths, initial=start))[: len(lengths)]  # where each step starts
+    return ReplayedSteps(lengths, [copies.get(p, 0) for p in positions])

@@ -1,5 +1,6 @@
 """Policy folders: save -> load from a folder -> load by Hub id from a populated HF cache, offline; and errors."""
 
+import dataclasses
 import shutil
 
 import huggingface_hub
@@ -50,6 +51,10 @@ def test_card_lists_base_model_and_results(task, tmp_path):
     )
     assert "| blockpilot regret vs oracle | 0.0123 | 12 prompts |" in card.text
     assert 'policy = "someone/my-policy"' in card.text  # the Use snippet loads the Hub repo it is pushed to
+    assert "lookup step verifying" not in card.text  # no copy ladder stored, none shown
+    policy.config.cost = dataclasses.replace(policy.config.cost, copy_sizes=[2, 8], copy_seconds=[0.05, 0.0525])
+    card = huggingface_hub.ModelCard.load(policy.save_pretrained(tmp_path / "q") / "README.md")
+    assert "; a lookup step verifying n tokens, in ms: 2: 50.0, 8: 52.5" in card.text
 
 
 def test_load_by_hub_id_offline_from_cache(task, offline_cache):

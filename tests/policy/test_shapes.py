@@ -4,6 +4,7 @@ prices each, collect / fit / evaluate carry them end to end, and a policy that p
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import pytest
 import torch
@@ -45,8 +46,45 @@ def test_cost_model_prices_shapes_as_measured():
     assert COST.covers([1, 8, TREE]) and not COST.covers([DraftShape(8, 4)])
     with pytest.raises(KeyError, match="no measurement of draft shape 8\\+tree4"):
         COST.step_seconds("8+tree4")
-    built = cost_from_steps({1: [1.0], 4: [2.0, 4.0], TREE: [3.0]}, "cpu", "collected")
+    built = cost_from_steps({1: [1.0], 4: [2.0, 4.0], TREE: [3.0]}, "cpu", "collected", {5: [2.0, 9.0, 3.0], 2: []})
     assert built.block_sizes == [1, 4] and built.seconds == [1.0, 3.0] and built.shapes == {"8+tree12": 3.0}
+    assert built.copy_sizes == [5] and built.copy_seconds == [3.0]  # medians; sizes without times left out
+
+
+def test_lookup_runs_are_priced_step_by_step():
+    """A lookup step verifies its copy (the copy ladder), any other step is the shape's chain; trees and runs
+    without copy data keep the shape's mean cost."""
+    cost = CostModel(
+        [1, 4],
+        [1.0, 2.0],
+        "cpu",
+        "calibrated",
+        {"1+lookup8": 1.1, "4+lookup3": 2.0, "4+tree3+lookup3": 3.0},
+        [2, 4],
+        [1.2, 1.6],
+    )
+    assert cost.run_seconds(LOOKUP, [0, 0, 0]) == 1.0  # never copied: plain one-token steps
+    assert cost.run_seconds(LOOKUP, [3, 3]) == pytest.approx(1.6)  # verified 4 tokens each step
+    assert cost.run_seconds(LOOKUP, [1, 0, 2, 0]) == pytest.approx((1.2 + 1.0 + 1.4 + 1.0) / 4)  # 3 interpolates
+    assert cost.run_seconds(LOOKUP, [8]) == pytest.approx(2.6)  # beyond the ladder: its last slope
+    assert cost.run_seconds("4+lookup3", [0, 3]) == pytest.approx((2.0 + 1.6) / 2)  # no copy: the drafter's chain of 4
+    assert cost.run_seconds("4+tree3+lookup3", [0, 3]) == 3.0 and cost.run_seconds(LOOKUP, []) == 1.1
+    assert CostModel([1], [1.0], shapes={str(LOOKUP): 1.1}).run_seconds(LOOKUP, [3]) == 1.1  # no ladder
+    with pytest.raises(ValueError, match="one `copy_seconds` value per copy size"):
+        CostModel([1], [1.0], copy_sizes=[2], copy_seconds=[])
+
+
+def test_priced_taus_charge_a_prompt_that_copies_every_step():
+    """The labels: tau scaled by the candidate's mean step over this run's; chains are unchanged, a lookup run that
+    copied every step (each one verified) counts for less than its raw tau, one that never copied for more."""
+    cost = CostModel([1, 8], [1.0, 1.4], "cpu", "calibrated", {str(LOOKUP): 1.1}, [4], [1.5])
+
+    def record(copied):
+        runs = [SizeRun(1, [1, 1], 2, 0, 0, 0, True), SizeRun(1, [2, 1], 3, 0, 0, 0, True, str(LOOKUP), copied)]
+        return PromptRecord("p", "syn", 4, 3, 0.0, [], runs)
+
+    assert record([3, 3]).priced_taus(cost) == {DraftShape(1): 1.0, LOOKUP: pytest.approx(1.5 * 1.1 / 1.5)}
+    assert record([0, 0]).priced_taus(cost)[LOOKUP] == pytest.approx(1.5 * 1.1)
 
 
 # ---- fit / evaluate on hand-made records: the best candidate depends on the prompt's kind -------------------------
@@ -132,6 +170,9 @@ def test_a_calibration_of_block_sizes_keeps_the_stored_shape_costs_scaled_to_thi
     assert used.seconds == twice_as_slow.seconds
     assert used.shapes == {str(TREE): pytest.approx(3.2e-3), str(LOOKUP): pytest.approx(2.2e-3)}
     assert twice_as_slow.shapes == {}  # the caller's calibration is not modified
+    with_ladder = BlockPolicy(replace(config, cost=replace(COST, copy_sizes=[2, 9], copy_seconds=[1e-3, 2e-3])))
+    used = with_ladder.use_cost_model(twice_as_slow).cost_model
+    assert used.copy_sizes == [2, 9] and used.copy_seconds == [pytest.approx(2e-3), pytest.approx(4e-3)]
     too_narrow = CostModel([1, 4], [2.0e-3, 2.5e-3], "other-device", "calibrated")
     assert policy.use_cost_model(None).usable_cost_model(too_narrow) is None  # size 8 unmeasured: stored model used
 

@@ -70,9 +70,11 @@ def test_replayed_steps_equal_decoded_steps(prompt, max_new_tokens):
     for want, got in zip(decoded.runs, replayed.runs, strict=True):
         assert got.candidate == want.candidate
         assert got.acceptance_lengths == want.acceptance_lengths, str(want.candidate)
+        assert got.copied == want.copied, str(want.candidate)  # what prices each step
         assert got.new_tokens == want.new_tokens and got.total_time == 0.0
     # Not vacuous: the drafter's chains, its trees and the copies all get drafts accepted.
     assert decoded.run(8).tau > 2.0 and decoded.run(DraftShape.parse("1+lookup7")).tau > 1.2
+    assert any(decoded.run(DraftShape.parse("1+lookup7")).copied)
     assert decoded.run(DraftShape.parse("8+tree12")).tau > 2.0
 
 
@@ -112,6 +114,7 @@ def test_sampled_replay_equals_sampled_decoding(prompt, max_new_tokens):
         )
         assert torch.equal(out.sequences[0], answer)
         assert out.blockpilot.acceptance_lengths == run.acceptance_lengths, str(run.candidate)
+        assert out.blockpilot.copied == run.copied, str(run.candidate)
     accepted = [replayed.run(DraftShape.parse(c)).tau for c in ("8", "4+lookup4", "8+tree12")]
     assert min(accepted) > 1.1  # drafts accepted
     assert [r.acceptance_lengths for r in greedy.runs] != [r.acceptance_lengths for r in replayed.runs]
@@ -126,13 +129,13 @@ def test_walk_and_lookup_rules():
     lookup = DraftShape.parse("1+lookup3")
     # From the second '1' (start=3): '1' occurred before, copy what followed it, [2, 3, 1]: all right -> 4; at p=7
     # one token of room is left (max_length 9): no drafts -> 1.
-    assert replay_shape(lookup, tokens, 3, 9, lambda p, k: 0) == [4, 1]
+    assert replay_shape(lookup, tokens, 3, 9, lambda p, k: 0) == ([4, 1], [3, 0])  # lengths, copies per step
     chain = DraftShape.parse("4")
     asked = []
     lengths = replay_shape(chain, tokens, 0, 9, lambda p, k: asked.append((p, k)) or k - 1)
-    assert lengths == [4, 4] and asked == [(0, 4), (4, 4)]  # then p = 8 is the end
+    assert lengths == ([4, 4], [0, 0]) and asked == [(0, 4), (4, 4)]  # then p = 8 is the end
     asked.clear()
-    assert replay_shape(chain, tokens, 2, 9, lambda p, k: asked.append((p, k)) or 0) == [1] * 6
+    assert replay_shape(chain, tokens, 2, 9, lambda p, k: asked.append((p, k)) or 0).acceptance_lengths == [1] * 6
     assert asked == [(2, 4), (3, 4), (4, 4), (5, 3), (6, 2)]  # blocks shrink to the room; none at room 1
     # A tree of the drafter's best continuations, with the copy as one more branch: the walk follows whichever
     # branch holds the answer's tokens.
@@ -141,7 +144,9 @@ def test_walk_and_lookup_rules():
     trees = []
     shape = DraftShape.parse("4+tree3+lookup3")
     lengths = replay_shape(shape, tokens, 3, 9, lambda p, k: 0, lambda p, k, b: trees.append((p, k, b)) or tree)
-    assert lengths == [4, 1] and trees == [(3, 4, 3)]  # the copy's branch [2, 3, 1] is right; then no room
+    assert lengths == ([4, 1], [0, 0]) and trees == [
+        (3, 4, 3)
+    ]  # a tree's copy is not a lookup step  # the copy's branch [2, 3, 1] is right; then no room
     with pytest.raises(ValueError, match=r"replaying a tree needs the drafter's trees"):
         replay_shape(DraftShape.parse("4+tree8"), tokens, 0, 9, lambda p, k: 0)
 

@@ -105,7 +105,8 @@ def run_evaluate(config: EvaluatePolicyConfig) -> None:
     from .evaluate import evaluate_policy
 
     plots = Path(config.plots) if config.plots else None
-    report = evaluate_policy(config.policy_dir, Path(config.collect_dir), plots, config.heldout_fraction)
+    cost = checked("--cost-from", load_cost_model, config.cost_from) if config.cost_from else None
+    report = evaluate_policy(config.policy_dir, Path(config.collect_dir), plots, config.heldout_fraction, cost)
     print(report.markdown())
 
 

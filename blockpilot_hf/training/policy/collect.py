@@ -101,6 +101,7 @@ def collect_prompt(target, drafter: DrafterSource, item: CollectItem, config: Co
                 stats.total_time,
                 same,
                 "" if shape.is_chain else str(shape),
+                stats.copied,
             )
         )
     return _record(item, plain, plain_time, features, runs)
@@ -122,19 +123,24 @@ def replay_prompt(
     start, tokens = input_ids.shape[1], plain[0]
     matches, tree_at = answer_drafts(target, model, tokens, start, config.candidates)
     max_length = start + config.max_new_tokens
-    runs = [
-        SizeRun(
-            shape.block_size,
-            replay_shape(shape, tokens, start, max_length, matches, tree_at),
-            len(tokens) - start,
-            0.0,
-            0.0,
-            0.0,
-            config.temperature == 0,  # by construction: a greedy replay walks the plain greedy output
-            "" if shape.is_chain else str(shape),
+    runs = []
+    for shape in config.candidates:
+        steps = replay_shape(shape, tokens, start, max_length, matches, tree_at)
+        greedy = config.temperature == 0  # by construction a greedy replay walks the plain greedy output
+        name = "" if shape.is_chain else str(shape)
+        runs.append(
+            SizeRun(
+                shape.block_size,
+                steps.acceptance_lengths,
+                len(tokens) - start,
+                0.0,
+                0.0,
+                0.0,
+                greedy,
+                name,
+                steps.copied,
+            )
         )
-        for shape in config.candidates
-    ]
     return _record(item, plain, plain_time, recorder.features, runs)
 
 

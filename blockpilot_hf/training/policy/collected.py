@@ -39,6 +39,7 @@ class SizeRun:
     total_time: float
     matches_greedy: bool  # output token-identical to plain greedy generate
     shape: str = ""  # a tree / lookup shape such as "8+tree16"; empty for the chain of `block_size`
+    copied: list[int] = field(default_factory=list)  # per step, drafts copied by prompt lookup (0: none)
 
     @property
     def candidate(self) -> DraftShape:
@@ -75,6 +76,16 @@ class PromptRecord:
     def taus(self) -> dict[DraftShape, float]:
         """Measured tau per candidate (block sizes as chain shapes)."""
         return {r.candidate: r.tau for r in self.runs}
+
+    def priced_taus(self, cost: CostModel) -> dict[DraftShape, float]:
+        """Tau per candidate as if each step cost the candidate's mean step (`cost.step_seconds`): tau scaled by
+        that mean over this run's own step cost (`cost.run_seconds`), so tau / step_seconds is this prompt's
+        modelled throughput. Differs from `taus` only for lookup shapes on prompts that copy more or less often
+        than average; these are the head's labels, so its choice rule stays tau / step_seconds."""
+        return {
+            r.candidate: r.tau * cost.step_seconds(r.candidate) / cost.run_seconds(r.candidate, r.copied)
+            for r in self.runs
+        }
 
     def chain_taus(self) -> dict[int, float]:
         """Measured tau per block size (the chain runs only)."""

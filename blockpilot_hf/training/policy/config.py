@@ -200,6 +200,13 @@ class EvaluatePolicyConfig:
             "compare policies trained on the folder's other prompts; 0 = every prompt"
         },
     )
+    cost_from: str | None = field(
+        default=None,
+        metadata={
+            "help": "a calibration file or a policy whose cost model prices the runs, so that several policies are "
+            "scored alike; unset = the collect folder's own timings (a replayed folder: the policy's stored model)"
+        },
+    )
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.heldout_fraction < 1.0:

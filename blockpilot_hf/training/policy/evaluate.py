@@ -4,7 +4,7 @@ training-free heuristic on held-out collected prompts, per dataset; write a mark
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
 
 Speed is judged two ways: measured tokens/s of the run at the chosen size (noisy on a busy machine), and the
-modelled throughput tau / cost(b) with the cost model of the held-out collection (what the choice optimises;
+modelled throughput tau / cost(b), each run's steps priced by the cost model of the held-out collection (what the choice optimises;
 a replayed collection has no timings, so the policy's own cost model prices it and measured tokens/s read 0).
 Regret = 1 - modelled throughput of the choice / that of the per-prompt oracle.
 """
@@ -12,6 +12,7 @@ Regret = 1 - modelled throughput of the choice / that of the per-prompt oracle.
 from __future__ import annotations
 
 import logging
+import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -146,8 +147,9 @@ def _score(
     oracle: list[DraftShape],
     cost: CostModel,
 ) -> MethodScore:
-    speeds = [modelled_throughput(r.taus()[b], b, cost) for r, b in zip(records, sizes, strict=True)]
-    best = [modelled_throughput(r.taus()[b], b, cost) for r, b in zip(records, oracle, strict=True)]
+    priced = [r.priced_taus(cost) for r in records]
+    speeds = [modelled_throughput(p[b], b, cost) for p, b in zip(priced, sizes, strict=True)]
+    best = [modelled_throughput(p[b], b, cost) for p, b in zip(priced, oracle, strict=True)]
     n = len(records)
     return MethodScore(
         method,
@@ -174,7 +176,7 @@ def evaluate_records(
     methods = methods_for(policy, temperature)
     choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods.items()}
     candidates = policy.config.candidates
-    choices["oracle"] = [oracle_size({c: r.taus()[c] for c in candidates}, cost) for r in records]
+    choices["oracle"] = [oracle_size({c: r.priced_taus(cost)[c] for c in candidates}, cost) for r in records]
     scores = []
     for source in ["all", *sorted({r.source for r in records})]:
         idx = [i for i, r in enumerate(records) if source in ("all", r.source)]
@@ -189,14 +191,15 @@ def evaluate_records(
 def candidate_scores(
     records: list[PromptRecord], candidates: list[int | DraftShape], cost: CostModel
 ) -> list[CandidateScore]:
-    """Every candidate as if it were always chosen: its mean tau over `records` and its priced step cost."""
+    """Every candidate as if it were always chosen: its mean tau over `records` and its mean step cost over them
+    (`CostModel.run_seconds`)."""
     one = cost.step_seconds(1)
-    return [
-        CandidateScore(
-            DraftShape.parse(c), sum(r.taus()[c] for r in records) / len(records), cost.step_seconds(c) / one
-        )
-        for c in candidates
-    ]
+    scores = []
+    for c in candidates:
+        runs = [r.run(c) for r in records]
+        mean_cost = statistics.fmean(cost.run_seconds(c, run.copied) for run in runs)
+        scores.append(CandidateScore(DraftShape.parse(c), statistics.fmean(run.tau for run in runs), mean_cost / one))
+    return scores
 
 
 def make_plots(
@@ -235,28 +238,38 @@ def make_plots(
     spec = policy.config.features
     for r in records:
         predicted = policy.predict_tau(PrefillFeatures.from_list(r.features, spec), temperature)
-        ax.scatter([r.taus()[b] for b in sizes], predicted, s=8, color=colors[r.source], alpha=0.6)
+        measured = r.priced_taus(policy.config.cost) if policy.config.cost else r.taus()  # what the head learns
+        ax.scatter([measured[b] for b in sizes], predicted, s=8, color=colors[r.source], alpha=0.6)
     top = max(c.max_tokens for c in sizes)
     ax.plot([1, top], [1, top], color="gray", linewidth=1)
-    ax.set(xlabel="measured tau", ylabel="predicted tau", title="Predicted vs measured tau (all sizes)")
+    ax.set(
+        xlabel="measured tau (priced per step)", ylabel="predicted tau", title="Predicted vs measured tau (all sizes)"
+    )
     fig.savefig(paths[2], dpi=100, bbox_inches="tight")
     plt.close(fig)
     return paths
 
 
 def evaluate_policy(
-    policy_dir: str | Path, collect_dir: Path, plots: Path | None = None, heldout_fraction: float = 0.0
+    policy_dir: str | Path,
+    collect_dir: Path,
+    plots: Path | None = None,
+    heldout_fraction: float = 0.0,
+    cost: CostModel | None = None,
 ) -> EvaluationReport:
     """Load a policy (a folder, a Hub id or 'embedded') and a held-out collect folder, score everything, optionally
     draw plots. With `heldout_fraction`, only the prompts `train-policy` holds out at that fraction are scored, so
-    policies trained on the folder's other prompts are compared on prompts none of them was trained on."""
+    policies trained on the folder's other prompts are compared on prompts none of them was trained on; `cost`
+    prices the runs (default: the folder's timings, or the policy's stored model for a replayed folder), so that
+    policies with different stored models are scored alike."""
     from ...embedded import load_policy
     from .fit import is_heldout
 
     policy = load_policy(policy_dir)
     meta, records = read_records(Path(collect_dir))
     check_policy_fits_collection(policy.config, meta, collect_dir)
-    cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed
+    if cost is None:
+        cost = policy.config.cost if meta.replayed else collected_cost(meta, records)  # replayed runs are untimed
     if heldout_fraction:
         records = [r for r in records if is_heldout(r.prompt_id, heldout_fraction)]
     report = evaluate_records(policy, records, cost, meta.temperature)

@@ -3,8 +3,10 @@
     blockpilot train-policy runs/collect --out policies/my-policy
 
 Labels are the measured acceptance lengths of every prompt at every size (not one "best size" class), so the
-same head serves any cost model: the choice tau(b) / cost(b) is made at run time. The regression target is
-log tau (errors are relative: missing tau 6 by 1 matters less than missing tau 2 by 1). A held-out share of the
+same head serves any cost model: the choice tau(b) / cost(b) is made at run time. A lookup shape's steps cost
+more where the text repeats (each copy is verified), so its label is tau priced by the run's own steps
+(`PromptRecord.priced_taus`). The regression target is log tau (errors are relative: missing tau 6 by 1 matters
+less than missing tau 2 by 1). A held-out share of the
 prompts (chosen by id hash, so stable across reruns) never trains and gives the numbers in the card.
 """
 
@@ -71,18 +73,21 @@ def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fi
     )
 
 
-def training_tensors(records: list[PromptRecord], spec: FeatureSpec, candidates: list[DraftShape]):
-    """groups (N, G, H), stats (N, S), log tau targets (N, C) for the candidates (block sizes and shapes)."""
+def training_tensors(records: list[PromptRecord], spec: FeatureSpec, candidates: list[DraftShape], cost: CostModel):
+    """groups (N, G, H), stats (N, S), log tau targets (N, C) for the candidates (block sizes and shapes), each
+    tau priced by `cost` (`PromptRecord.priced_taus`)."""
     feats = [PrefillFeatures.from_list(r.features, spec) for r in records]
     groups, stats = stack_features(feats)
-    taus = torch.tensor([[r.taus()[c] for c in candidates] for r in records], dtype=torch.float32)  # (N, C)
+    priced = [r.priced_taus(cost) for r in records]
+    taus = torch.tensor([[p[c] for c in candidates] for p in priced], dtype=torch.float32)  # (N, C)
     return groups, stats, taus.log()
 
 
 def fit_head(policy: BlockPolicy, records: list[PromptRecord], config: FitConfig) -> list[float]:
     """Full-batch AdamW on MSE(log tau) of the policy's one head; returns the loss curve. The stats
     standardisation comes from `records`."""
-    groups, stats, target = training_tensors(records, policy.config.features, policy.config.candidates)
+    cfg = policy.config
+    groups, stats, target = training_tensors(records, cfg.features, cfg.candidates, cfg.cost)
     (head,) = policy.heads
     head.stats_mean.copy_(stats.mean(dim=0))
     head.stats_std.copy_(stats.std(dim=0, unbiased=False).clamp(min=1e-3))

@@ -1,6 +1,7 @@
 """The synthetic task is learned; train-policy / evaluate-policy write what they promise."""
 
 import dataclasses
+import json
 
 import pytest
 import torch
@@ -131,8 +132,21 @@ def test_evaluate_can_score_only_the_prompts_training_holds_out(task, capsys):
     assert capsys.readouterr().out.strip() == report.markdown().strip()
 
 
+def test_evaluate_prices_runs_with_the_cost_model_it_is_given(task, tmp_path, capsys):
+    """--cost-from replaces the folder's own timings: a model where big blocks are dear makes the oracle pick
+    smaller sizes, whatever the policy stored."""
+    from blockpilot_hf.policy.config import CostModel
+
+    dear = CostModel([1, 2, 4, 8], [1.0, 4.0, 16.0, 64.0], "cpu", "synthetic")
+    (tmp_path / "dear.json").write_text(json.dumps(dataclasses.asdict(dear)))
+    own = evaluate_policy(task.policy_dir, task.heldout_dir)
+    priced = evaluate_policy(task.policy_dir, task.heldout_dir, cost=dear)
+    assert set(priced.choices["oracle"]) == {DraftShape(1)} != set(own.choices["oracle"])
+    main(["evaluate-policy", str(task.policy_dir), str(task.heldout_dir), "--cost-from", str(tmp_path / "dear.json")])
+    assert capsys.readouterr().out.strip() == priced.markdown().strip()
+
+
 def test_evaluate_refuses_data_without_the_policy_sizes(task, tmp_path):
-    import json
     import shutil
 
     folder = tmp_path / "c"
