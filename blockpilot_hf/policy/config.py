@@ -132,12 +132,9 @@ class CostModel:
         if not missing and not take_copies:
             return self
         scale = self.step_seconds(1) / stored.step_seconds(1)
+        copies = dict(copy_sizes=stored.copy_sizes, copy_seconds=[t * scale for t in stored.copy_seconds])
         shapes = {**self.shapes, **{k: v * scale for k, v in missing.items()}}
-        if not take_copies:
-            return replace(self, shapes=shapes)
-        return replace(
-            self, shapes=shapes, copy_sizes=stored.copy_sizes, copy_seconds=[t * scale for t in stored.copy_seconds]
-        )
+        return replace(self, shapes=shapes, **(copies if take_copies else {}))
 
     def covers(self, candidates: list[int | DraftShape]) -> bool:
         """Whether every candidate has a cost: block sizes within the measured range, shapes measured."""

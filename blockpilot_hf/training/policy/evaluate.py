@@ -4,8 +4,9 @@ training-free heuristic on held-out collected prompts, per dataset; write a mark
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
 
 Speed is judged two ways: measured tokens/s of the run at the chosen size (noisy on a busy machine), and the
-modelled throughput tau / cost(b), each run's steps priced by the cost model of the held-out collection (what the choice optimises;
-a replayed collection has no timings, so the policy's own cost model prices it and measured tokens/s read 0).
+modelled throughput tau / cost(b), each run's steps priced by the cost model of the held-out collection (what the
+choice optimises; a replayed collection has no timings, so the policy's own cost model prices it, or the one
+passed as `--cost-from`, and measured tokens/s read 0).
 Regret = 1 - modelled throughput of the choice / that of the per-prompt oracle.
 """
 
@@ -176,7 +177,8 @@ def evaluate_records(
     methods = methods_for(policy, temperature)
     choices = {name: [DraftShape.parse(m.choose(f)) for f in features] for name, m in methods.items()}
     candidates = policy.config.candidates
-    choices["oracle"] = [oracle_size({c: r.priced_taus(cost)[c] for c in candidates}, cost) for r in records]
+    priced = [r.priced_taus(cost) for r in records]
+    choices["oracle"] = [oracle_size({c: p[c] for c in candidates}, cost) for p in priced]
     scores = []
     for source in ["all", *sorted({r.source for r in records})]:
         idx = [i for i, r in enumerate(records) if source in ("all", r.source)]

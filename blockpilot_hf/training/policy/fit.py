@@ -6,8 +6,8 @@ Labels are the measured acceptance lengths of every prompt at every size (not on
 same head serves any cost model: the choice tau(b) / cost(b) is made at run time. A lookup shape's steps cost
 more where the text repeats (each copy is verified), so its label is tau priced by the run's own steps
 (`PromptRecord.priced_taus`). The regression target is log tau (errors are relative: missing tau 6 by 1 matters
-less than missing tau 2 by 1). A held-out share of the
-prompts (chosen by id hash, so stable across reruns) never trains and gives the numbers in the card.
+less than missing tau 2 by 1). A held-out share of the prompts (chosen by id hash, so stable across reruns) never
+trains and gives the numbers in the card.
 """
 
 from __future__ import annotations
