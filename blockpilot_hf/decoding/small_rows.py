@@ -45,10 +45,15 @@ PACK_ROWS_HINT = 8  # the row count oneDNN tunes a packed layout for; it runs an
 
 
 def weight_first(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """x @ weight.T for a (rows, in) `x`, computed as (weight @ x.T).T; one row goes in twice (see the module)."""
+    """x @ weight.T for a (rows, in) `x`, computed as (weight @ x.T).T; one row goes in twice (see the module).
+
+    Both ends are made row-major (a copy of a few rows). MKL multiplies by x.T fast when it is a transposed view
+    of a row-major x, and 3-5x slower when x.T is itself row-major, which is what a previous product's transposed
+    result, or anything computed from it (an activation, the residual stream), hands on. Left alone, one such
+    result slowed every later layer: a 2-token SmolLM2 forward took 50 ms instead of 35."""
     if x.shape[0] == 1:
-        return (weight @ x.expand(2, -1).contiguous().T)[:, :1].T
-    return (weight @ x.T).T
+        return (weight @ x.expand(2, -1).contiguous().T)[:, :1].T.contiguous()
+    return (weight @ x.contiguous().T).T.contiguous()
 
 
 def pack(weight: torch.Tensor) -> torch.Tensor:

@@ -47,6 +47,18 @@ def test_products_match_f_linear_and_layers_are_restored(kernels, kernel, rows):
     assert got.shape == expected.shape
 
 
+@pytest.mark.parametrize("rows", [1, 2, 3, 8])
+def test_weight_first_takes_and_gives_row_major_rows(rows):
+    """A column-major input (what a transposed product hands on) gives the same product, laid out row-major, so
+    the next layer's product gets the fast layout too."""
+    torch.manual_seed(rows)
+    weight = torch.randn(24, 16)
+    x = torch.randn(16, rows).T  # (rows, 16), column-major
+    got = small_rows.weight_first(weight, x)
+    assert got.is_contiguous()
+    torch.testing.assert_close(got, x @ weight.T)
+
+
 def test_a_packed_copy_follows_its_weight(kernels):
     """Writing the weight in place (load_state_dict) or replacing it repacks: never a stale product."""
     kernels["kernels"] = dict.fromkeys(range(1, MAX_ROWS + 1), "packed")

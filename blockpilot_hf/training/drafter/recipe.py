@@ -401,7 +401,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         model.set_draft_vocab(keep)  # draft from the vocabulary the loss was trained on (None: all of it)
         model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
         (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-        write_training_card(model, final, cfg, train, out / METRICS_NAME)
+        write_training_card(model, final, cfg, train, out / METRICS_NAME, hardware(accelerator.device))
         model.to(torch.float32)
     return final
 
@@ -429,8 +429,20 @@ def data_summary(train: list[TrainingSequence], val: list[TrainingSequence]) -> 
     }
 
 
+def hardware(device: torch.device) -> str:
+    """What trained the drafter, for its card: the GPU's name, or the CPU threads torch used."""
+    if device.type == "cuda":
+        return torch.cuda.get_device_name(device)
+    return f"{torch.get_num_threads()} CPU thread(s)"
+
+
 def write_training_card(
-    drafter, folder: Path, cfg: DrafterTrainingConfig, train: list[TrainingSequence], metrics_path: Path
+    drafter,
+    folder: Path,
+    cfg: DrafterTrainingConfig,
+    train: list[TrainingSequence],
+    metrics_path: Path,
+    machine: str,
 ) -> None:
     """The drafter's model card: data per source, steps, time, and the last validation tau per size and source."""
     from ...drafter.card import write_drafter_card
@@ -452,7 +464,7 @@ def write_training_card(
         f"sequence, lr {cfg.lr}, loss vocabulary {cfg.loss_vocab_size or 'full'}, soft-label weight {cfg.distill_weight}"
         f"{f', warm start from {cfg.init_from}' if cfg.init_from else ''})\n"
         f"- {last['step']} optimizer steps of {cfg.sequences_per_step} sequences in {last['minutes']:.0f} minutes on "
-        f"{torch.get_num_threads()} CPU thread(s); final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
+        f"{machine}; final loss {last['loss']:.3f}, first-position accuracy {last['acc1']:.2f}"
     )
     rows = []
     for key, value in tau.items():
