@@ -24,7 +24,6 @@ DATA_FILES=(training_data/smollm2-135m/answers.jsonl training_data/smollm2-135m/
     runs/regen/text-gsm8k.jsonl runs/regen/text-stdlib.jsonl)
 DRAFTER=blockpilot_hf/assets/smollm2-135m-dflash/model.safetensors
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
-WHEELS=(transformers==5.24.0 huggingface-hub==2.4.0 httpx2==2.16.2 httpcore2==2.16.2 truststore==0.10.5 gguf==0.19.0)
 
 prepare() {
     local part_bytes=${PART_BYTES:-58000000}
@@ -43,9 +42,10 @@ prepare() {
     xz -T0 -6 -c "$DRAFTER" >"$PACK/part2/drafter.safetensors.xz"
     tar -cJf "$PACK/part2/data.tar.xz" "${DATA_FILES[@]}"
     mv "$PACK/sums.txt" "$PACK/gguf.sha256" "$PACK/part2/"
-    python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp \
-        --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 -d "$PACK/part2/whl" "${WHEELS[@]}"
-    rmdir "$PACK/whl"
+    # gpu_check.sh's wheels (into .whl/), and gguf to read the target's file
+    bash benchmarks/gpu_check.sh prepare && cp .whl/*.whl "$PACK/whl/" || exit 1
+    python3 -m pip download -q --no-deps --only-binary=:all: -d "$PACK/whl" gguf==0.19.0 || exit 1
+    mv "$PACK/whl" "$PACK/part2/whl"
     du -sb "$PACK"/part*
 }
 

@@ -7,7 +7,9 @@
     k tokens cropped again, as a verify step does), median ms per k and dtype.
 (b) The cause: the same products as the model's linear layers (its real weights) timed as `F.linear(x, W)`
     (x @ W.T, MKL's transposed-B kernel, a matrix-vector kernel for one row), as (W @ x.T).T (one row as two,
-    one kept) and as oneDNN's linear on a packed copy of W, per number of rows (float32 only for the last).
+    one kept) from a row-major x and from a column-major one (what a transposed product hands the next layer,
+    which `weight_first` therefore copies row-major), and as oneDNN's linear on a packed copy of W, per number of
+    rows (float32 only for the last).
     Printed, not asserted: timings depend on the machine and its load.
 (c) The fix: the ladder of (a) again inside `small_row_linears` (what the engine runs its passes in: 1-32 rows
     take the kernel a probe found fastest for their weight shape and row bucket).
@@ -83,9 +85,10 @@ def attention_arms(model, sizes: list[int], cache_tokens: int, repeats: int) -> 
     return {k: tuple(statistics.median(times[k, rows][1:]) * 1e3 for rows in (False, True)) for k in sizes}
 
 
-def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float, float]]:
+def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float, float, float, float]]:
     """Median ms of one pass through every distinct linear weight shape of the model (each once), per row count,
-    as x @ W.T, as (W @ x.T).T (`weight_first`: one row goes in twice) and packed (NaN unless float32)."""
+    as x @ W.T, as (W @ x.T).T (`weight_first`: one row goes in twice), as W @ x.T with x column-major (its
+    transpose row-major), and packed (NaN unless float32)."""
     weights = {}
     for module in model.modules():
         if isinstance(module, torch.nn.Linear):
@@ -95,11 +98,13 @@ def layout_ladder(model, rows: list[int], repeats: int) -> dict[int, tuple[float
         xs = [(torch.randn(m, w.shape[1], dtype=w.dtype), w) for w in weights.values()]
         transposed_b = median_ms(lambda xs=xs: [torch.nn.functional.linear(x, w) for x, w in xs], repeats)
         layout = median_ms(lambda xs=xs: [weight_first(w, x) for x, w in xs], repeats)
+        column_major = [(x.T.contiguous(), w) for x, w in xs]  # x.T row-major: x itself column-major
+        columns_in = median_ms(lambda cs=column_major: [w @ xt for xt, w in cs], repeats)
         packed = float("nan")
         if model.dtype == torch.float32:
             pxs = [(x, pack(w)) for x, w in xs]
             packed = median_ms(lambda pxs=pxs: [packed_linear(p, x) for x, p in pxs], repeats)
-        out[m] = (transposed_b, layout, packed)
+        out[m] = (transposed_b, layout, columns_in, packed)
     return out
 
 
@@ -146,10 +151,11 @@ def main() -> None:
         for k in sizes:
             print(f"| {k} | " + " | ".join(f"{ladders[name][k]:.1f}" for name in models) + " |")
         print("\n(b) the model's distinct linear weight shapes, once each, ms\n")
-        print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T | packed |\n|---|---|---|---|---|")
+        print("| dtype | rows | x @ W.T (F.linear) | (W @ x.T).T | same, x column-major | packed |")
+        print("|---|---|---|---|---|---|")
         for name, model in models.items():
-            for m, (plain, layout, packed) in layout_ladder(model, sizes, args.repeats).items():
-                print(f"| {name} | {m} | {plain:.1f} | {layout:.1f} | {packed:.1f} |")
+            for m, (plain, layout, column_major, packed) in layout_ladder(model, sizes, args.repeats).items():
+                print(f"| {name} | {m} | {plain:.1f} | {layout:.1f} | {column_major:.1f} | {packed:.1f} |")
         print("\n(c) (a) again inside `small_row_linears` (as the engine runs its passes), ms\n")
         print("| tokens | " + " | ".join(models) + " |\n|---|" + "---|" * len(models))
         fixed = {}

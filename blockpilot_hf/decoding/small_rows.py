@@ -48,9 +48,10 @@ def weight_first(weight: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
     """x @ weight.T for a (rows, in) `x`, computed as (weight @ x.T).T; one row goes in twice (see the module).
 
     Both ends are made row-major (a copy of a few rows). MKL multiplies by x.T fast when it is a transposed view
-    of a row-major x, and 3-5x slower when x.T is itself row-major, which is what a previous product's transposed
-    result, or anything computed from it (an activation, the residual stream), hands on. Left alone, one such
-    result slowed every later layer: a 2-token SmolLM2 forward took 50 ms instead of 35."""
+    of a row-major x, and about 3x slower when x.T is itself row-major, which is what a previous product's
+    transposed result, or anything computed from it (an activation, the residual stream), hands on
+    (`benchmarks/verify_cost.py` part (b)). Left alone, one such result slowed every later layer: a SmolLM2 step
+    at block size 2 took 66 ms instead of 54 (`blockpilot calibrate`)."""
     if x.shape[0] == 1:
         return (weight @ x.expand(2, -1).contiguous().T)[:, :1].T.contiguous()
     return (weight @ x.contiguous().T).T.contiguous()
