@@ -9,6 +9,10 @@ asks it) is answered once by plain `generate` (greedy, or one sample per turn at
 chains are then replayed on that answer (`training/replay.py`). At T=0 these are the acceptance lengths greedy
 decoding with a fixed block size records, so tau here is the bench's fixed:N tau on the same turns. `--answers`
 keeps the answers in a JSONL file: a later run with other drafters replays on them without decoding again.
+
+At T > 0 a second table shows why sampled decoding gains less: the chance that a block's first draft is accepted
+(the target's probability of it, by the point-mass rule), against its ceiling, the target's probability of its own
+likeliest token, which is what a perfect drafter would get. At T=0 the ceiling is 1.
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from blockpilot_hf.decoding.stats import mean_acceptance_length
 from blockpilot_hf.drafter import DFlashDrafter
 from blockpilot_hf.embedded import load_target, resolve_drafter
 from blockpilot_hf.training.answers import AnswerCache, sampling_seed
+from blockpilot_hf.training.drafter.target_features import target_pass
 from blockpilot_hf.training.policy.collect import answer_drafts, items_from_prompts
-from blockpilot_hf.training.replay import replay_shape
+from blockpilot_hf.training.replay import draft_matches, replay_shape
 
 
 def answers(target, tokenizer, args: argparse.Namespace) -> list[dict]:
@@ -55,6 +60,29 @@ def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_to
     return {key: mean_acceptance_length(steps) for key, steps in lengths.items()}
 
 
+@torch.inference_mode()
+def first_draft_acceptance(target, drafter, rows: list[dict], temperature: float) -> dict[str, tuple[float, float]]:
+    """{source: (mean chance the first draft is accepted, mean ceiling)} over every response position of `rows`:
+    p(d) for the drafter's argmax d, and max p, with p the target's next-token distribution at `temperature`."""
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    vocab_ids = drafter.draft_vocab_ids
+    if vocab_ids is not None:
+        head = head[vocab_ids.to(head.device)]
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    for row in tqdm(rows, desc="first drafts", unit="turn", leave=False):
+        tokens, start = row["tokens"], row["start"]
+        anchors = torch.arange(start - 1, len(tokens) - 1, device=tokens.device)
+        p = torch.softmax(target(tokens[None]).logits[0, anchors].float() / temperature, dim=-1)  # (a, V)
+        features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
+        first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, 2).first.argmax(-1)
+        drafts = first if vocab_ids is None else vocab_ids.to(first.device)[first]
+        for source in (row["source"], "all"):
+            sums[source][0] += p.gather(1, drafts[:, None]).sum().item()
+            sums[source][1] += p.max(-1).values.sum().item()
+            sums[source][2] += len(anchors)
+    return {source: (accepted / n, ceiling / n) for source, (accepted, ceiling, n) in sums.items()}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--drafters", default="embedded", help="comma-separated drafter folders; 'embedded' = shipped")
@@ -76,11 +104,21 @@ def main() -> None:
     print(f"\ntau (mean tokens per target pass) of greedy chains, T={args.temperature:g}, {args.max_new_tokens} tokens")
     print("| drafter | block size | " + " | ".join(f"{s} ({turns[s]} turns)" for s in sources) + " |")
     print("|---|---|" + "---|" * len(sources))
-    for name in args.drafters.split(","):
-        drafter = DFlashDrafter.from_pretrained(resolve_drafter(name), dtype=target.dtype)
+    drafters = {
+        name: DFlashDrafter.from_pretrained(resolve_drafter(name), dtype=target.dtype)
+        for name in args.drafters.split(",")
+    }
+    for name, drafter in drafters.items():
         taus = drafter_taus(target, drafter, rows, sizes, args.max_new_tokens)
         for size in sizes:
             print(f"| {name} | {size} | " + " | ".join(f"{taus[(s, size)]:.2f}" for s in sources) + " |")
+    if args.temperature > 0:
+        print(f"\nfirst draft of a block accepted at T={args.temperature:g}: drafter / ceiling (a perfect drafter)")
+        print("| drafter | " + " | ".join(sources) + " |")
+        print("|---|" + "---|" * len(sources))
+        for name, drafter in drafters.items():
+            accepted = first_draft_acceptance(target, drafter, rows, args.temperature)
+            print(f"| {name} | " + " | ".join("{:.2f} / {:.2f}".format(*accepted[s]) for s in sources) + " |")
 
 
 if __name__ == "__main__":

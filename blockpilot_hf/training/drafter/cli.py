@@ -41,7 +41,16 @@ def run_regenerate(config: RegenerateConfig) -> None:
 
     model, tokenizer = load_target(config.target, getattr(torch, config.dtype), config.device)
     prompts = drafter_prompts(config.sources, config.per_source)
-    regenerate(model, tokenizer, prompts, Path(config.out), config.batch_size, config.max_new_tokens)
+    regenerate(
+        model,
+        tokenizer,
+        prompts,
+        Path(config.out),
+        config.batch_size,
+        config.max_new_tokens,
+        config.temperature,
+        config.seed,
+    )
 
 
 def run_self_instruct(config: SelfInstructConfig) -> None:
@@ -70,7 +79,7 @@ def run_text_data(config: TextDataConfig) -> None:
 COMMANDS = (
     Command(
         "regenerate",
-        "the target's own greedy answers to offline prompts (resumable)",
+        "the target's own answers (greedy, or sampled) to offline prompts (resumable)",
         run_regenerate,
         (RegenerateConfig,),
     ),

@@ -28,7 +28,7 @@ def _check_sources(sources: list[str], allowed, what: str) -> None:
 
 @dataclass(kw_only=True)
 class RegenerateConfig:
-    """`blockpilot regenerate`: the target's own greedy answers to the drafter split of offline prompts."""
+    """`blockpilot regenerate`: the target's own answers (greedy or sampled) to the drafter split of offline prompts."""
 
     target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
     out: str = field(metadata={"help": "JSONL file to append to (resumable: ids already in it are skipped)"})
@@ -41,6 +41,11 @@ class RegenerateConfig:
     per_source: int | None = field(default=None, metadata={"help": "at most this many prompts per source; unset = all"})
     batch_size: int = field(default=16, metadata={"help": "prompts generated together"})
     max_new_tokens: int = field(default=256, metadata={"help": "longest answer, in tokens"})
+    temperature: float = field(
+        default=0.0,
+        metadata={"help": "0: greedy answers; > 0: one sampled answer per prompt (rows with kind 'sampled')"},
+    )
+    seed: int = field(default=0, metadata={"help": "random seed of sampled answers"})
     dtype: str = field(
         default="float32",
         metadata={"help": "target dtype: float32, bfloat16 (~2x faster on AVX512-BF16 CPUs), float16"},
@@ -54,6 +59,8 @@ class RegenerateConfig:
                 raise ValueError(f"--{name.replace('_', '-')} must be >= 1, got {getattr(self, name)}.")
         if self.per_source is not None and self.per_source < 1:
             raise ValueError(f"--per-source must be >= 1, got {self.per_source}.")
+        if self.temperature < 0:
+            raise ValueError(f"--temperature must be >= 0 (0 = greedy), got {self.temperature}.")
         check_choice("--dtype", self.dtype, DTYPES)
 
 

@@ -33,7 +33,9 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
         size, _, source = key.removeprefix("val_tau_b").partition("/")
         style = {"linestyle": "--", "marker": "."} if source else {"marker": "o", "linewidth": 2}
         left.plot(*zip(*points, strict=True), label=f"b={size} {source}".strip(), **style)
-    left.set(xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out greedy answers")
+    left.set(
+        xlabel="training minutes (CPU)", ylabel="validation tau", title="tau on held-out answers (sampled-*: samples)"
+    )
     if left.lines:  # no validation yet (a run stopped early)
         left.legend(fontsize=7)
     trained = [r for r in rows if "acc1" in r]  # step 0 of a warm start holds validation only

@@ -38,46 +38,60 @@ logger = logging.getLogger(__name__)
 METRICS_NAME = "metrics.jsonl"
 
 
+SAMPLED = "sampled-"  # source prefix of sampled answers: their tau is the realized tau of sampled decoding
+
+
 @dataclass
 class TrainingSequence:
     """One prompt + response; the loss covers the response only."""
 
     id: str
-    source: str  # the data source before any '/': gsm8k, self-instruct, stdlib-code, text-pydocs, ...
+    source: str  # the data source before any '/': gsm8k, self-instruct, text-pydocs, sampled-gsm8k, ...
     tokens: torch.Tensor  # (S,)
     response_start: int
-    greedy: bool  # the target's own greedy answer (not borrowed text): usable to measure tau
+    kind: str  # "greedy" or "sampled": the target's own answer; "text": offline text labelled by the target
+
+    @property
+    def answer(self) -> bool:
+        """The target's own answer (greedy or sampled), not borrowed text: replaying on it measures tau."""
+        return self.kind != "text"
 
 
 def load_sequences(paths: list[str]) -> list[TrainingSequence]:
-    """The rows of regenerated JSONL files with at least 4 response tokens; an id seen twice is used once."""
+    """The rows of regenerated JSONL files with at least 4 response tokens; a row seen twice (same id and kind)
+    is used once. A sampled answer's source gets the `sampled-` prefix, so it is counted and validated apart
+    from the greedy answer to the same prompt."""
     rows, seen = [], set()
     for path in paths:
         for row in read_rows(Path(path)):
-            if row["id"] not in seen:
-                seen.add(row["id"])
+            key = (row["id"], row.get("kind", "greedy"))
+            if key not in seen:
+                seen.add(key)
                 rows.append(row)
-    return [
-        TrainingSequence(
-            r["id"],
-            r.get("source", r["id"]).split("/")[0],
-            torch.tensor(r["prompt_ids"] + r["response_ids"]),
-            len(r["prompt_ids"]),
-            r.get("kind") != "text",
+    sequences = []
+    for r in rows:
+        if len(r["response_ids"]) < 4:
+            continue
+        kind = r.get("kind", "greedy")
+        source = r.get("source", r["id"]).split("/")[0]
+        tokens = torch.tensor(r["prompt_ids"] + r["response_ids"])
+        sequences.append(
+            TrainingSequence(
+                r["id"], SAMPLED + source if kind == "sampled" else source, tokens, len(r["prompt_ids"]), kind
+            )
         )
-        for r in rows
-        if len(r["response_ids"]) >= 4
-    ]
+    return sequences
 
 
 def validation_split(
     sequences: list[TrainingSequence], percent: int, per_source: int
 ) -> tuple[list[TrainingSequence], dict[str, list[TrainingSequence]]]:
-    """(train, validation by source): greedy answers held out by id hash, at most `per_source` per source kept
-    for measuring (the rest of the held-out ones are simply not trained on)."""
+    """(train, validation by source): the target's answers held out by id hash (a prompt's greedy and sampled
+    answers on the same side), at most `per_source` per source kept for measuring (the rest of the held-out ones
+    are simply not trained on)."""
     train, val = [], {}
     for seq in sequences:
-        if seq.greedy and is_validation(seq.id, percent):
+        if seq.answer and is_validation(seq.id, percent):
             val.setdefault(seq.source, []).append(seq)
         else:
             train.append(seq)
@@ -266,9 +280,10 @@ def validation_taus(
     sizes,
     per_size: int,
 ) -> dict[str, float]:
-    """`val_tau_b{size}` over every validation answer for each size, `val_tau_b{per_size}/{source}` per data source,
-    and the first draft's acceptance at T=1 at `per_size` (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`):
-    one replay per answer and size, one cache read per answer."""
+    """`val_tau_b{size}` over every greedy validation answer for each size, `val_tau_b{per_size}/{source}` per data
+    source (on a `sampled-` source: the tau of sampled decoding), and the first draft's acceptance at T=1 on the
+    greedy answers at `per_size` (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`): one replay per answer and
+    size, one cache read per answer."""
     lengths: dict[int, dict[str, list[int]]] = {size: {} for size in sorted(set(sizes))}
     accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
     for source, seqs in val_by_source.items():
@@ -277,11 +292,13 @@ def validation_taus(
             for size, by_source in lengths.items():
                 steps, first_logits = replay(drafter, embed, head, vocab_ids, target_out, seq, size)
                 by_source.setdefault(source, []).extend(steps)
-                if size == per_size:
+                if size == per_size and seq.kind == "greedy":
                     accepted.append(first_draft_acceptance(first_logits, target_out, seq, vocab_map))
     record = {}
     for size, by_source in lengths.items():
-        record[f"val_tau_b{size}"] = mean_acceptance_length([n for steps in by_source.values() for n in steps])
+        greedy = [n for source, steps in by_source.items() if not source.startswith(SAMPLED) for n in steps]
+        if greedy:
+            record[f"val_tau_b{size}"] = mean_acceptance_length(greedy)
         if size == per_size:
             record.update({f"val_tau_b{size}/{s}": mean_acceptance_length(n) for s, n in by_source.items()})
     if accepted:
@@ -457,7 +474,8 @@ def write_training_card(
     per_source = ", ".join(f"{name} {e['response_tokens']:,}" for name, e in summary["per_source"].items())
     training = (
         f"- Data: {len(train)} sequences, {summary['response_tokens']:,} response tokens ({per_source}): the "
-        "target's own greedy answers (text rows, if any, are offline text labelled by the target's predictions). "
+        "target's own answers, greedy (sampled ones under `sampled-` sources; text rows, if any, are offline text "
+        "labelled by the target's predictions). "
         "Ids and per-source counts are in `trained_on.json`; no evaluation- or policy-split prompt was used.\n"
         f"- Recipe: `blockpilot train-drafter` with the config in `training_config.json` "
         f"({cfg.num_layers} layers, block {cfg.block_size}, gamma {cfg.gamma}, {cfg.anchors_per_sequence} anchors per "
@@ -471,7 +489,11 @@ def write_training_card(
         size, _, source = key.removeprefix("val_tau_b").partition("/")
         rows.append(f"| {size} | {source or 'all'} | {value:.3f} |")
     table = "\n".join(
-        ["| block size | data | validation tau (held-out greedy answers, teacher-forced) |", "|---|---|---|"] + rows
+        [
+            "| block size | data | validation tau (held-out answers, teacher-forced; sampled-*: sampled ones) |",
+            "|---|---|---|",
+        ]
+        + rows
     )
     if "val_accept1_t1/sampled" in validated:
         table += (

@@ -1,9 +1,13 @@
-"""Regenerate drafter training data: the target's own greedy answers to offline prompts, batched and resumable.
+"""Regenerate drafter training data: the target's own answers to offline prompts, batched and resumable.
 
     blockpilot regenerate --out runs/regen/smollm2.jsonl --sources gsm8k,humaneval,stdlib
+    blockpilot regenerate --out runs/regen/sampled.jsonl --temperature 1   # what the drafter meets when sampling
 
 Each finished prompt appends one JSON line {source, id, prompt_ids, response_ids}; rerunning skips the ids
 already written, and a half-written last line (a crash) is ignored, so the job can stop and resume at will.
+Greedy answers are what decoding at T=0 produces. Sampled answers (`temperature` > 0, rows with `kind: sampled`)
+wander where greedy ones never go, after every unlikely token the target draws; a drafter trained on both
+knows the contexts it meets when decoding samples.
 """
 
 from __future__ import annotations
@@ -15,11 +19,23 @@ import torch
 from tqdm.auto import tqdm
 
 from ...data import chat_input_ids, left_padded, load_prompts, turn_id
+from ...generation import sampling_kwargs
 from ...jsonl import JsonlWriter, read_rows
+from ..answers import sampling_seed
 
 
-def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_new_tokens: int = 256) -> None:
-    """Greedy-generate answers for `prompts` (skipping those already in `out`) and append them to `out`.
+def regenerate(
+    model,
+    tokenizer,
+    prompts,
+    out: Path,
+    batch_size: int = 16,
+    max_new_tokens: int = 256,
+    temperature: float = 0.0,
+    seed: int = 0,
+) -> None:
+    """Generate answers for `prompts` (skipping those already in `out`) and append them to `out`: greedy at
+    `temperature` 0, else one sample each at `temperature` (a batch's samples fixed by `seed` and its first id).
 
     A prompt with several turns gives one row per turn: turn t is asked after the target's own answers to the
     turns before it (as MT-Bench does), and its row id gets a `/turn<t>` suffix from the second turn on.
@@ -34,11 +50,12 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
         batch = todo[start : start + batch_size]
         answers: list[list[str]] = [[] for _ in batch]
         rows = []
+        torch.manual_seed(seed + sampling_seed(batch[0].id))  # a resumed job samples a batch as a fresh one would
         for turn in range(max(len(p.turns) for p in batch)):
             asked = [i for i, p in enumerate(batch) if turn < len(p.turns)]
             encoded = [chat_input_ids(tokenizer, batch[i].turns[: turn + 1], answers[i])[0] for i in asked]
             for i, ids, response in zip(
-                asked, encoded, greedy_batch(model, tokenizer, encoded, max_new_tokens), strict=True
+                asked, encoded, answer_batch(model, tokenizer, encoded, max_new_tokens, temperature), strict=True
             ):
                 answers[i].append(tokenizer.decode(response, skip_special_tokens=True))
                 rows.append(
@@ -47,6 +64,7 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
                         "id": turn_id(batch[i].id, turn + 1),
                         "prompt_ids": ids.tolist(),
                         "response_ids": response,
+                        **({"kind": "sampled", "temperature": temperature} if temperature > 0 else {}),
                     }
                 )
         writer.append(*rows)
@@ -55,10 +73,13 @@ def regenerate(model, tokenizer, prompts, out: Path, batch_size: int = 16, max_n
 
 
 @torch.inference_mode()
-def greedy_batch(model, tokenizer, encoded: list[torch.Tensor], max_new_tokens: int) -> list[list[int]]:
-    """The target's greedy answers (each cut after its EOS) to token-id prompts, left-padded into one batch."""
+def answer_batch(
+    model, tokenizer, encoded: list[torch.Tensor], max_new_tokens: int, temperature: float = 0.0
+) -> list[list[int]]:
+    """The target's answers (each cut after its EOS) to token-id prompts, left-padded into one batch: greedy at
+    `temperature` 0, else sampled from its full distribution at `temperature`."""
     inputs = left_padded(tokenizer, encoded, model.device)
-    generated = model.generate(**inputs, max_new_tokens=max_new_tokens, do_sample=False)
+    generated = model.generate(**inputs, max_new_tokens=max_new_tokens, **sampling_kwargs(temperature))
     eos = tokenizer.eos_token_id
     return [_cut_after_eos(answer, eos) for answer in generated[:, inputs["input_ids"].shape[1] :].tolist()]
 

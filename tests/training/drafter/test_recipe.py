@@ -28,9 +28,10 @@ from blockpilot_hf.training.drafter.recipe import (
     soft_label_loss,
     train_drafter,
     validation_split,
+    validation_taus,
     visit_order,
 )
-from blockpilot_hf.training.drafter.target_features import target_pass
+from blockpilot_hf.training.drafter.target_features import FeatureCache, target_pass
 
 
 def test_block_mask_hides_the_future_and_other_blocks():
@@ -269,6 +270,28 @@ def test_validation_is_split_per_source_and_recorded_with_token_counts(tmp_path)
     summary = data_summary(train, [s for seqs in val.values() for s in seqs])
     assert summary["response_tokens"] == sum(e["response_tokens"] for e in summary["per_source"].values())
     assert summary["response_tokens"] == sum(len(r["response_ids"]) for r in rows if r["id"] in summary["train_ids"])
+
+
+def test_sampled_answers_train_and_validate_apart_from_greedy_ones(tmp_path):
+    """A prompt's greedy and sampled answers both load (same id, another kind), land on the same validation side,
+    and sampled ones are measured under their own `sampled-` source, outside the overall (greedy) tau."""
+    target = tiny_target(dtype=torch.float32)
+    data = target_answers_file(tmp_path, target, n=12)
+    rows = [json.loads(line) for line in data.read_text().splitlines()]
+    sampled = [{**row, "response_ids": row["response_ids"][::-1], "kind": "sampled"} for row in rows]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows + sampled))
+    sequences = load_sequences([str(data)])
+    assert len(sequences) == 24 and {s.source for s in sequences} == {"t", "sampled-t"}
+    train, val = validation_split(sequences, percent=50, per_source=12)
+    assert {s.id for s in val["t"]} == {s.id for s in val["sampled-t"]}
+    assert {s.id for s in train if s.kind == "greedy"} == {s.id for s in train if s.kind == "sampled"}
+    drafter = tiny_drafter(target, block_size=4)
+    embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
+    cache = FeatureCache(tmp_path / "features", target, drafter.config.target_layer_ids)
+    both = validation_taus(drafter, embed, head, None, None, cache, val, (4,), 4)
+    greedy_only = validation_taus(drafter, embed, head, None, None, cache, {"t": val["t"]}, (4,), 4)
+    assert both["val_tau_b4"] == greedy_only["val_tau_b4"] == both["val_tau_b4/t"]
+    assert "val_tau_b4/sampled-t" in both and "val_tau_b4/sampled-t" not in greedy_only
 
 
 def test_every_turn_of_a_chat_lands_on_the_validation_side_of_its_first_turn():

@@ -1,4 +1,5 @@
-"""Drafter data regeneration: multi-turn chats answered turn by turn, resumable; self-instruct guards."""
+"""Drafter data regeneration: multi-turn chats answered turn by turn, greedy or sampled, resumable; self-instruct
+guards."""
 
 from __future__ import annotations
 
@@ -28,6 +29,22 @@ def test_second_turn_is_asked_after_the_targets_own_first_answer(tmp_path):
         assert alone[0, len(row["prompt_ids"]) :].tolist() == row["response_ids"]
     regenerate(target, tokenizer, prompts, out, batch_size=2, max_new_tokens=5)  # resume: nothing left to do
     assert len(read_rows(out)) == 3
+
+
+def test_sampled_answers_are_marked_reproducible_and_not_greedy(tmp_path):
+    target, tokenizer = tiny_target(enabled=False), tiny_tokenizer()
+    prompts = [Prompt("t", f"t/{i}", ("ab" * (i + 1),)) for i in range(4)]
+    greedy, sampled, again = (tmp_path / f"{name}.jsonl" for name in ("greedy", "sampled", "again"))
+    regenerate(target, tokenizer, prompts, greedy, batch_size=2, max_new_tokens=8)
+    regenerate(target, tokenizer, prompts, sampled, batch_size=2, max_new_tokens=8, temperature=1.0, seed=3)
+    regenerate(target, tokenizer, prompts[:2], again, batch_size=2, max_new_tokens=8, temperature=1.0, seed=3)
+    regenerate(target, tokenizer, prompts, again, batch_size=2, max_new_tokens=8, temperature=1.0, seed=3)  # resumed
+    rows = read_rows(sampled)
+    assert all(row["kind"] == "sampled" and row["temperature"] == 1.0 for row in rows)
+    assert "kind" not in read_rows(greedy)[0]
+    assert read_rows(again) == rows  # a job stopped between batches and resumed samples the same answers
+    answers = {row["id"]: row["response_ids"] for row in read_rows(greedy)}
+    assert any(row["response_ids"] != answers[row["id"]] for row in rows)
 
 
 def test_eval_guard_drops_near_copies_of_benchmark_prompts_only():
