@@ -408,19 +408,28 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         if state["step"] % cfg.save_every == 0 or state["step"] == total_steps or out_of_time:
             state["elapsed"] = elapsed
             _checkpoint(accelerator, out, state)
+            if accelerator.is_main_process:  # loadable as it stands: replay it, warm-start from it, or ship it
+                save_drafter(accelerator.unwrap_model(drafter), out / "checkpoint" / "drafter", keep, cfg)
         if out_of_time:
             logger.warning("Stopping after %.1f minutes (max_minutes); rerun the same command to resume.", elapsed / 60)
             break
     bar.close()
     final = out / "drafter"
     if accelerator.is_main_process:
-        model = accelerator.unwrap_model(drafter)
-        model.set_draft_vocab(keep)  # draft from the vocabulary the loss was trained on (None: all of it)
-        model.to(getattr(torch, cfg.save_dtype)).save_pretrained(final)
-        (final / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
-        write_training_card(model, final, cfg, train, out / METRICS_NAME, hardware(accelerator.device))
-        model.to(torch.float32)
+        saved = save_drafter(accelerator.unwrap_model(drafter), final, keep, cfg)
+        write_training_card(saved, final, cfg, train, out / METRICS_NAME, hardware(accelerator.device))
     return final
+
+
+def save_drafter(model: DFlashDrafter, folder: Path, keep: torch.Tensor | None, cfg: DrafterTrainingConfig):
+    """Save a copy of `model` to `folder` as a drafter `from_pretrained` loads: weights in `cfg.save_dtype`,
+    drafting from `keep` (the loss vocabulary; None: all of it), with the config that trained it. The model in
+    training is left untouched. Returns the saved copy."""
+    saved = copy.deepcopy(model)
+    saved.set_draft_vocab(keep)
+    saved.to(getattr(torch, cfg.save_dtype)).save_pretrained(folder)
+    (folder / "training_config.json").write_text(json.dumps(asdict(cfg), indent=2))
+    return saved
 
 
 @functools.lru_cache(maxsize=2)

@@ -112,6 +112,11 @@ def test_training_lowers_the_loss_checkpoints_and_resumes(tmp_path, loss_vocab_s
     assert validated["val_tau_b4/t"] == validated["val_tau_b4"]  # one source: its tau is the overall one
     drafter = DFlashDrafter.from_pretrained(final)
     assert drafter.config.block_size == 4 and drafter.config.mask_token_id == MASK_ID
+    # The last checkpoint holds the same drafter, loadable as a folder of its own.
+    checkpointed = DFlashDrafter.from_pretrained(tmp_path / "run" / "checkpoint" / "drafter").state_dict()
+    assert checkpointed.keys() == drafter.state_dict().keys()
+    assert all(torch.equal(checkpointed[name], weight) for name, weight in drafter.state_dict().items())
+    assert (tmp_path / "run" / "checkpoint" / "drafter" / "training_config.json").is_file()
     steps = len(metrics)
     # A rerun finds the finished checkpoint and does no more steps.
     train_drafter(cfg, Accelerator(cpu=True), target=target)
