@@ -64,15 +64,15 @@ def load_sequences(paths: list[str]) -> list[TrainingSequence]:
     rows, seen = [], set()
     for path in paths:
         for row in read_rows(Path(path)):
-            key = (row["id"], row.get("kind", "greedy"))
-            if key not in seen:
-                seen.add(key)
+            row.setdefault("kind", "greedy")
+            if (row["id"], row["kind"]) not in seen:
+                seen.add((row["id"], row["kind"]))
                 rows.append(row)
     sequences = []
     for r in rows:
         if len(r["response_ids"]) < 4:
             continue
-        kind = r.get("kind", "greedy")
+        kind = r["kind"]
         source = r.get("source", r["id"]).split("/")[0]
         tokens = torch.tensor(r["prompt_ids"] + r["response_ids"])
         sequences.append(
@@ -285,6 +285,7 @@ def validation_taus(
     greedy answers at `per_size` (`val_accept1_t1/sampled`, `val_accept1_t1/argmax`): one replay per answer and
     size, one cache read per answer."""
     lengths: dict[int, dict[str, list[int]]] = {size: {} for size in sorted(set(sizes))}
+    greedy: dict[int, list[int]] = {size: [] for size in lengths}  # the overall tau pools greedy answers only
     accepted: list[tuple[torch.Tensor, torch.Tensor]] = []
     for source, seqs in val_by_source.items():
         for seq in seqs:
@@ -292,13 +293,14 @@ def validation_taus(
             for size, by_source in lengths.items():
                 steps, first_logits = replay(drafter, embed, head, vocab_ids, target_out, seq, size)
                 by_source.setdefault(source, []).extend(steps)
-                if size == per_size and seq.kind == "greedy":
-                    accepted.append(first_draft_acceptance(first_logits, target_out, seq, vocab_map))
+                if seq.kind == "greedy":
+                    greedy[size].extend(steps)
+                    if size == per_size:
+                        accepted.append(first_draft_acceptance(first_logits, target_out, seq, vocab_map))
     record = {}
     for size, by_source in lengths.items():
-        greedy = [n for source, steps in by_source.items() if not source.startswith(SAMPLED) for n in steps]
-        if greedy:
-            record[f"val_tau_b{size}"] = mean_acceptance_length(greedy)
+        if greedy[size]:
+            record[f"val_tau_b{size}"] = mean_acceptance_length(greedy[size])
         if size == per_size:
             record.update({f"val_tau_b{size}/{s}": mean_acceptance_length(n) for s, n in by_source.items()})
     if accepted:
