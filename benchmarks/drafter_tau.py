@@ -10,9 +10,10 @@ chains are then replayed on that answer (`training/replay.py`). At T=0 these are
 decoding with a fixed block size records, so tau here is the bench's fixed:N tau on the same turns. `--answers`
 keeps the answers in a JSONL file: a later run with other drafters replays on them without decoding again.
 
-At T > 0 a second table shows why sampled decoding gains less: the chance that a block's first draft is accepted
-(the target's probability of it, by the point-mass rule), against its ceiling, the target's probability of its own
-likeliest token, which is what a perfect drafter would get. At T=0 the ceiling is 1.
+At T > 0 a second table shows why sampled decoding gains less: the chance that a block's first draft is accepted.
+Argmax drafts (the default) are accepted with the target's probability of the draft, at most the target's probability
+of its own likeliest token (the ceiling of any argmax drafter; 1 at T=0). Drafts sampled from the drafter
+(`draft_sampling=True`) are accepted with sum_x min(p(x), q(x)) (Leviathan et al., 2023), up to 1 for q = p.
 """
 
 from __future__ import annotations
@@ -61,26 +62,30 @@ def drafter_taus(target, drafter, rows: list[dict], sizes: list[int], max_new_to
 
 
 @torch.inference_mode()
-def first_draft_acceptance(target, drafter, rows: list[dict], temperature: float) -> dict[str, tuple[float, float]]:
-    """{source: (mean chance the first draft is accepted, mean ceiling)} over every response position of `rows`:
-    p(d) for the drafter's argmax d, and max p, with p the target's next-token distribution at `temperature`."""
+def first_draft_acceptance(target, drafter, rows: list[dict], temperature: float) -> dict[str, list[float]]:
+    """{source: [argmax drafts, their ceiling, sampled drafts]}, chances that the first draft is accepted, averaged
+    over every response position of `rows`: p(d) for the drafter's argmax d, max p, and sum min(p, q), with p the
+    target's and q the drafter's next-token distribution at `temperature`."""
     embed, head = target.get_input_embeddings(), target.get_output_embeddings().weight
     vocab_ids = drafter.draft_vocab_ids
     if vocab_ids is not None:
         head = head[vocab_ids.to(head.device)]
-    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0])
+    sums: dict[str, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0, 0])
     for row in tqdm(rows, desc="first drafts", unit="turn", leave=False):
         tokens, start = row["tokens"], row["start"]
         anchors = torch.arange(start - 1, len(tokens) - 1, device=tokens.device)
         p = torch.softmax(target(tokens[None]).logits[0, anchors].float() / temperature, dim=-1)  # (a, V)
         features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
-        first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, 2).first.argmax(-1)
-        drafts = first if vocab_ids is None else vocab_ids.to(first.device)[first]
+        first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, 2).first.float()
+        q = torch.softmax(first / temperature, dim=-1)  # (a, V'), over the drafter's vocabulary
+        if vocab_ids is not None:
+            q = torch.zeros_like(p).index_copy_(1, vocab_ids.to(q.device), q)
+        chances = (p.gather(1, q.argmax(-1, keepdim=True)), p.max(-1).values, torch.minimum(p, q).sum(-1))
         for source in (row["source"], "all"):
-            sums[source][0] += p.gather(1, drafts[:, None]).sum().item()
-            sums[source][1] += p.max(-1).values.sum().item()
-            sums[source][2] += len(anchors)
-    return {source: (accepted / n, ceiling / n) for source, (accepted, ceiling, n) in sums.items()}
+            for i, chance in enumerate(chances):
+                sums[source][i] += chance.sum().item()
+            sums[source][3] += len(anchors)
+    return {source: [total / n for total in totals[:3]] for source, (*totals, n) in sums.items()}
 
 
 def main() -> None:
@@ -113,12 +118,14 @@ def main() -> None:
         for size in sizes:
             print(f"| {name} | {size} | " + " | ".join(f"{taus[(s, size)]:.2f}" for s in sources) + " |")
     if args.temperature > 0:
-        print(f"\nfirst draft of a block accepted at T={args.temperature:g}: drafter / ceiling (a perfect drafter)")
+        print(
+            f"\nfirst draft of a block accepted at T={args.temperature:g}: argmax drafts / their ceiling / sampled drafts"
+        )
         print("| drafter | " + " | ".join(sources) + " |")
         print("|---|" + "---|" * len(sources))
         for name, drafter in drafters.items():
             accepted = first_draft_acceptance(target, drafter, rows, args.temperature)
-            print(f"| {name} | " + " | ".join("{:.2f} / {:.2f}".format(*accepted[s]) for s in sources) + " |")
+            print(f"| {name} | " + " | ".join("{:.2f} / {:.2f} / {:.2f}".format(*accepted[s]) for s in sources) + " |")
 
 
 if __name__ == "__main__":

@@ -10,10 +10,10 @@
 #   bash benchmarks/gpu_train_drafter.sh run        # there: rebuild, probe, train, pack into $OUT
 #
 # What travels: the target's GGUF (xz, split), the shipped drafter's weights (xz), the training data (the
-# committed answers and the text rows, xz), the wheels a bare CUDA image lacks, and checksums. The results come
-# back as $OUT/v8.tar.xz.* (15 MB pieces): per drafter its folder, metrics and trained_on.json. Each part stays
-# under 60 MB (PART_BYTES sets the GGUF's pieces) for transfers capped at 64 MiB; since the data and the drafter
-# travel in part2, a copy of the repository without them (about 4 MB) is enough beside it.
+# committed greedy and sampled answers and the text rows, xz), the wheels a bare CUDA image lacks, and checksums.
+# The results come back as $OUT/v8.tar.xz.* (15 MB pieces): per drafter its folder, metrics and trained_on.json.
+# Each part stays under 60 MB (PART_BYTES sets the GGUF's pieces) for transfers capped at 64 MiB; since the data
+# and the drafter travel in part2, a copy of the repository without them (about 4 MB) is enough beside it.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PACK=.gpu
@@ -21,7 +21,7 @@ STAGE=${STAGE:-/tmp/stage}
 WORK=${WORK:-/tmp/work}
 OUT=${OUT:-/tmp/out}
 DATA_FILES=(training_data/smollm2-135m/answers.jsonl training_data/smollm2-135m/chat.jsonl
-    runs/regen/text-gsm8k.jsonl runs/regen/text-stdlib.jsonl)
+    training_data/smollm2-135m/sampled-t1.jsonl runs/regen/text-gsm8k.jsonl runs/regen/text-stdlib.jsonl)
 DRAFTER=blockpilot_hf/assets/smollm2-135m-dflash/model.safetensors
 GGUF_NAME=SmolLM2-135M-Instruct.Q4_1.gguf
 
