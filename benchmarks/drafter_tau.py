@@ -29,7 +29,7 @@ from blockpilot_hf.decoding.stats import mean_acceptance_length
 from blockpilot_hf.drafter import DFlashDrafter
 from blockpilot_hf.embedded import load_target, resolve_drafter
 from blockpilot_hf.training.answers import AnswerCache, sampling_seed
-from blockpilot_hf.training.drafter.target_features import target_pass
+from blockpilot_hf.training.drafter.target_features import context_features
 from blockpilot_hf.training.policy.collect import answer_drafts, items_from_prompts
 from blockpilot_hf.training.replay import draft_matches, replay_shape
 
@@ -74,8 +74,10 @@ def first_draft_acceptance(target, drafter, rows: list[dict], temperature: float
     for row in tqdm(rows, desc="first drafts", unit="turn", leave=False):
         tokens, start = row["tokens"], row["start"]
         anchors = torch.arange(start - 1, len(tokens) - 1, device=tokens.device)
-        p = torch.softmax(target(tokens[None]).logits[0, anchors].float() / temperature, dim=-1)  # (a, V)
-        features = target_pass(target, tokens[None], drafter.config.target_layer_ids).features
+        layer_ids = drafter.config.target_layer_ids
+        out = target(tokens[None], output_hidden_states=[i + 1 for i in layer_ids], use_cache=False)  # one pass
+        p = torch.softmax(out.logits[0, anchors].float() / temperature, dim=-1)  # (a, V)
+        features = context_features(out.hidden_states, layer_ids)
         first = draft_matches(drafter, embed, head, vocab_ids, features, tokens, anchors, 2).first.float()
         q = torch.softmax(first / temperature, dim=-1)  # (a, V'), over the drafter's vocabulary
         if vocab_ids is not None:

@@ -39,7 +39,7 @@ class TargetPass(NamedTuple):
 def target_pass(target, input_ids: torch.Tensor, layer_ids: list[int]) -> TargetPass:
     """The frozen target's outputs on `input_ids` (1, S) for a drafter reading `layer_ids`."""
     out = target(input_ids=input_ids, output_hidden_states=[i + 1 for i in layer_ids], use_cache=False)
-    features = torch.cat([out.hidden_states[i + 1][0] for i in layer_ids], dim=-1)  # hidden_states[0] = embeddings
+    features = context_features(out.hidden_states, layer_ids)
     top = torch.log_softmax(out.logits[0, :-1].float(), dim=-1).topk(TOP_K, dim=-1)
     first_ids = torch.full((1, TOP_K), int(input_ids[0, 0]), dtype=top.indices.dtype, device=input_ids.device)
     first_logprobs = torch.full((1, TOP_K), float("-inf"), device=input_ids.device)
@@ -50,6 +50,12 @@ def target_pass(target, input_ids: torch.Tensor, layer_ids: list[int]) -> Target
         torch.cat([first_logprobs, top.values]),
         torch.cat([first_ids, top.indices]),
     )
+
+
+def context_features(hidden_states: tuple[torch.Tensor, ...], layer_ids: list[int]) -> torch.Tensor:
+    """(S, n*H): the hidden states (1, S, H) of the drafter's context layers, concatenated; hidden_states[0] is
+    the embeddings, so layer i is hidden_states[i + 1]."""
+    return torch.cat([hidden_states[i + 1][0] for i in layer_ids], dim=-1)
 
 
 class FeatureCache:
