@@ -169,10 +169,15 @@ def max_block_size(drafter) -> int:
 
 
 def check_shape(shape, target, drafter, draft_sampling: bool = False):
-    """Return a chooser's answer (a block size, or a `DraftShape`) once its block size is in range and its tree /
-    lookup options can run on this target with these options; raise otherwise."""
+    """Return a chooser's answer (a block size, a `DraftShape` or a `StepPlanner`) once its block size is in range
+    and its tree / lookup options can run on this target with these options; raise otherwise."""
+    from .decoding.planner import StepPlanner
     from .decoding.shape import DraftShape
 
+    if isinstance(shape, StepPlanner):
+        check_block_size(shape.max_depth + 1, drafter)
+        check_drafting_options(target, shape.max_nodes, draft_sampling, shape.max_lookup)
+        return shape
     if not isinstance(shape, DraftShape):
         return check_block_size(shape, drafter)
     check_block_size(shape.block_size, drafter)

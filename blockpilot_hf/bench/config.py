@@ -9,26 +9,30 @@ from dataclasses import dataclass, field
 
 from ..cli_args import check_choice
 from ..constants import DEVICE_HELP, DTYPES, EMBEDDED
+from ..decoding.shape import DraftShape
 
 # Arms that run generate (in this order within a prompt) ...
 BASELINE = "baseline"  # plain `generate`
 PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
 DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its training block size
-BLOCKPILOT = "blockpilot"  # our engine with a learned per-request block size
+BLOCKPILOT = "blockpilot"  # our engine with the BlockPilot policy, deciding as it is configured (per step by default)
+BLOCKPILOT_ONCE = "blockpilot-once"  # the same policy choosing one draft shape per request from the prefill
+PER_STEP = "per-step"  # our engine choosing every step with no policy head (a neutral prior)
 TREE = "tree"  # our engine verifying a draft tree of --tree-budget nodes at the drafter's training block size
 LOOKUP = "lookup"  # our engine drafting by prompt lookup only (block size 1: no drafter pass)
 HYBRID = "hybrid"  # our engine: prompt lookup where the text repeats, else BlockPilot's block (a tree if budgeted)
-FIXED_PREFIX = "fixed:"  # our engine at one fixed block size, e.g. "fixed:4"
-# ... and arms derived from the fixed-size runs, without extra runs.
-BEST_FIXED = "best-fixed"  # the one size that was fastest on the dev prompts
-ORACLE = "oracle"  # per prompt, the fastest measured fixed size
+FIXED_PREFIX = "fixed:"  # our engine at one fixed block size or draft shape, e.g. "fixed:4", "fixed:1+lookup10"
+# ... and arms derived from the fixed runs, without extra runs.
+BEST_FIXED = "best-fixed"  # the one fixed size or shape that was fastest on the dev prompts
+ORACLE = "oracle"  # per prompt turn, the fastest fixed size or shape
 
-RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, TREE, LOOKUP, HYBRID)
+RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, BLOCKPILOT_ONCE, PER_STEP, TREE, LOOKUP, HYBRID)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
 
 
-def fixed_arm(size: int) -> str:
-    return f"{FIXED_PREFIX}{size}"
+def fixed_arm(shape: int | str) -> str:
+    """The arm of one fixed block size or draft shape, e.g. "fixed:4", "fixed:4+tree3+lookup4"."""
+    return f"{FIXED_PREFIX}{shape}"
 
 
 @dataclass
@@ -48,10 +52,18 @@ class BenchConfig:
         default_factory=lambda: [1, 2, 3, 4, 6, 8],
         metadata={"help": "fixed block sizes run by our engine (the grid)"},
     )
+    shapes: list[str] = field(
+        default_factory=list,
+        metadata={
+            "help": "fixed draft shapes run beside the grid (e.g. 1+lookup10,4+tree3+lookup4): arms fixed:SHAPE, "
+            "which best-fixed and oracle range over too"
+        },
+    )
     arms: list[str] = field(
         default_factory=lambda: list(RUN_ARMS),
         metadata={
-            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid), blockpilot, tree, lookup, hybrid"
+            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid and --shapes), blockpilot, "
+            "blockpilot-once, per-step, tree, lookup, hybrid"
         },
     )
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})
@@ -91,6 +103,7 @@ class BenchConfig:
 
     def __post_init__(self) -> None:
         self.block_sizes = sorted({int(b) for b in self.block_sizes})
+        self.shapes = [str(DraftShape.parse(s)) for s in self.shapes]
         self.temperatures = [float(t) for t in self.temperatures]
         unknown = sorted(set(self.arms) - set(RUN_ARMS))
         if unknown:
@@ -107,6 +120,11 @@ class BenchConfig:
         if any(b < 1 for b in self.batch_size):
             raise ValueError(f"batch sizes must be >= 1, got {self.batch_size}.")
         check_choice("--dtype", self.dtype, DTYPES)
+
+    @property
+    def fixed_shapes(self) -> list[str]:
+        """Every fixed arm's shape: the grid's block sizes, then the extra shapes."""
+        return [str(b) for b in self.block_sizes] + [s for s in self.shapes if s not in map(str, self.block_sizes)]
 
     def seeds_for(self, temperature: float) -> list[int]:
         """Greedy runs are deterministic: one seed (0); sampled runs use every seed."""

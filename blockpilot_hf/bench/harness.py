@@ -19,10 +19,23 @@ from pathlib import Path
 import torch
 
 from ..data import Prompt, chat_input_ids
+from ..decoding.shape import DraftShape
 from ..decoding.stats import device_clock
 from ..generation import sampling_kwargs
 from ..jsonl import JsonlWriter
-from .config import BASELINE, BLOCKPILOT, DFLASH_HF, HYBRID, LOOKUP, PROMPT_LOOKUP, TREE, BenchConfig, fixed_arm
+from .config import (
+    BASELINE,
+    BLOCKPILOT,
+    BLOCKPILOT_ONCE,
+    DFLASH_HF,
+    HYBRID,
+    LOOKUP,
+    PER_STEP,
+    PROMPT_LOOKUP,
+    TREE,
+    BenchConfig,
+    fixed_arm,
+)
 from .runs import BenchMeta, RunRecord, UnitKey, raw_writer, read_raw, weights_fingerprint
 
 logger = logging.getLogger(__name__)
@@ -40,11 +53,15 @@ class BenchModels:
 
 @dataclass(frozen=True)
 class Arm:
-    """One way of generating: `kind` is one of the run arms; `block_size` is set for the fixed grid."""
+    """One way of generating: `kind` is one of the run arms; `shape` is set for a fixed arm ("4", "1+lookup10")."""
 
     name: str
     kind: str
-    block_size: int | None = None
+    shape: str | None = None
+
+    @property
+    def block_size(self) -> int | None:
+        return DraftShape.parse(self.shape).block_size if self.shape else None
 
 
 @dataclass
@@ -65,8 +82,8 @@ def arms_for(config: BenchConfig, has_policy: bool) -> list[Arm]:
     arms = []
     for kind in config.arms:
         if kind == "fixed":
-            arms += [Arm(fixed_arm(b), "fixed", b) for b in config.block_sizes]
-        elif kind in (BLOCKPILOT, HYBRID) and not has_policy:
+            arms += [Arm(fixed_arm(shape), "fixed", shape) for shape in config.fixed_shapes]
+        elif kind in (BLOCKPILOT, BLOCKPILOT_ONCE, HYBRID) and not has_policy:
             logger.warning("No policy given: the %s arm is skipped.", kind)
         else:
             arms.append(Arm(kind, kind))
@@ -125,9 +142,13 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
     elif arm.kind == DFLASH_HF:
         kwargs.update(assistant_model=models.drafter, speculation_type="dflash")
     elif arm.kind == "fixed":
-        kwargs.update(assistant_model=models.drafter, block_size=arm.block_size)
+        kwargs.update(assistant_model=models.drafter, block_policy=fixed_arm(arm.shape))
     elif arm.kind == BLOCKPILOT:
         kwargs.update(assistant_model=models.drafter, block_policy=models.policy)
+    elif arm.kind == BLOCKPILOT_ONCE:
+        kwargs.update(assistant_model=models.drafter, block_policy=models.policy.with_decision("per-request"))
+    elif arm.kind == PER_STEP:
+        kwargs.update(assistant_model=models.drafter, block_policy="per-step")
     elif arm.kind == TREE:
         kwargs.update(
             assistant_model=models.drafter, block_size=models.drafter.config.block_size, tree_budget=config.tree_budget

@@ -3,8 +3,8 @@
 Speed-up is the ratio of an arm's tokens/s to the baseline's on the same prompt turn (same temperature
 and seed), aggregated with the geometric mean, so a 2x win and a 2x loss cancel and one long prompt does
 not dominate.
-The derived arms need no extra runs: `best-fixed` is the grid size with the best geometric-mean speed-up on
-the dev prompts, `oracle` is the fastest grid size measured on each prompt turn itself.
+The derived arms need no extra runs: `best-fixed` is the fixed size or shape with the best geometric-mean speed-up
+on the dev prompts, `oracle` the fastest fixed size or shape measured on each prompt turn itself.
 """
 
 from __future__ import annotations
@@ -14,15 +14,18 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from ..decoding.shape import DraftShape
 from .config import (
     BASELINE,
     BEST_FIXED,
     BLOCKPILOT,
+    BLOCKPILOT_ONCE,
     DFLASH_HF,
     FIXED_PREFIX,
     HYBRID,
     LOOKUP,
     ORACLE,
+    PER_STEP,
     PROMPT_LOOKUP,
     TREE,
     fixed_arm,
@@ -71,33 +74,39 @@ def speedup_range(record: RunRecord, baseline: RunRecord) -> tuple[float, float]
     return min(ratios), max(ratios)
 
 
-def grid_sizes(records: Iterable[RunRecord]) -> list[int]:
-    """The fixed block sizes present in `records`."""
-    return sorted({int(r.arm.removeprefix(FIXED_PREFIX)) for r in records if r.arm.startswith(FIXED_PREFIX)})
+def fixed_shape(arm: str) -> DraftShape:
+    """The draft shape of a fixed arm ("fixed:4" -> 4, "fixed:1+lookup10" -> 1+lookup10)."""
+    return DraftShape.parse(arm.removeprefix(FIXED_PREFIX))
 
 
-def choose_best_fixed(records: Iterable[RunRecord]) -> int | None:
-    """The grid size with the highest geometric-mean speed-up over the prompt turns that ran every size
-    (ties go to the smaller size); None without grid runs."""
+def grid_shapes(records: Iterable[RunRecord]) -> list[str]:
+    """The fixed sizes and shapes present in `records`, in `DraftShape` order."""
+    shapes = {fixed_shape(r.arm) for r in records if r.arm.startswith(FIXED_PREFIX)}
+    return [str(s) for s in sorted(shapes)]
+
+
+def choose_best_fixed(records: Iterable[RunRecord]) -> str | None:
+    """The fixed size or shape with the highest geometric-mean speed-up over the prompt turns that ran every one
+    (ties go to the earlier shape: the smaller, cheaper one); None without fixed runs."""
     units = [arms for arms in by_unit(records).values() if BASELINE in arms]
-    sizes = grid_sizes(r for arms in units for r in arms.values())
-    sizes = [b for b in sizes if all(fixed_arm(b) in arms for arms in units)]
-    if not sizes or not units:
+    shapes = grid_shapes(r for arms in units for r in arms.values())
+    shapes = [s for s in shapes if all(fixed_arm(s) in arms for arms in units)]
+    if not shapes or not units:
         return None
-    score = {b: geometric_mean(speedup(arms[fixed_arm(b)], arms[BASELINE]) for arms in units) for b in sizes}
-    return max(sizes, key=lambda b: (score[b], -b))
+    score = {s: geometric_mean(speedup(arms[fixed_arm(s)], arms[BASELINE]) for arms in units) for s in shapes}
+    return max(shapes, key=lambda s: (score[s], -shapes.index(s)))
 
 
 def oracle_record(arms: dict[str, RunRecord]) -> RunRecord | None:
-    """The fastest fixed-size run of one prompt turn (ties to the smaller size), renamed `oracle`."""
-    grid = [r for name, r in arms.items() if name.startswith(FIXED_PREFIX)]
+    """The fastest fixed run of one prompt turn (ties to the earlier shape), renamed `oracle`."""
+    grid = sorted((r for name, r in arms.items() if name.startswith(FIXED_PREFIX)), key=lambda r: fixed_shape(r.arm))
     if not grid:
         return None
-    best = max(grid, key=lambda r: (r.tokens_per_second, -int(r.arm.removeprefix(FIXED_PREFIX))))
+    best = max(grid, key=lambda r: (r.tokens_per_second, -grid.index(r)))
     return best.renamed(ORACLE)
 
 
-def with_derived_arms(records: list[RunRecord], best_fixed: int | None) -> list[RunRecord]:
+def with_derived_arms(records: list[RunRecord], best_fixed: int | str | None) -> list[RunRecord]:
     """`records` plus, per prompt turn, the oracle and the best fixed size's run (copies, no new runs)."""
     out = list(records)
     for arms in by_unit(records).values():
@@ -156,19 +165,22 @@ def arm_order(names: Iterable[str]) -> list[str]:
 
     def rank(name: str) -> tuple:
         if name.startswith(FIXED_PREFIX):
-            return (2, int(name.removeprefix(FIXED_PREFIX)), name)
+            shape = fixed_shape(name)
+            return (2, (shape.block_size, shape.tree_budget, shape.lookup_tokens), name)
         fixed = {
             BASELINE: 0,
             PROMPT_LOOKUP: 1,
             DFLASH_HF: 1.5,
             BEST_FIXED: 3,
+            BLOCKPILOT_ONCE: 3.8,
+            PER_STEP: 3.9,
             BLOCKPILOT: 4,
             TREE: 4.3,
             LOOKUP: 4.5,
             HYBRID: 4.6,
             ORACLE: 5,
         }
-        return (fixed.get(name, 2.5), 0, name)
+        return (fixed.get(name, 2.5), (0, 0, 0), name)
 
     return sorted(set(names), key=rank)
 

@@ -62,7 +62,7 @@ class BenchReport:
 
     meta: BenchMeta
     environment: Environment
-    best_fixed_size: int | None
+    best_fixed_size: int | str | None
     summaries: list[ArmSummary]
     records: list[RunRecord] = field(default_factory=list)
     command: str = ""
@@ -122,7 +122,7 @@ def markdown_report(report: BenchReport) -> str:
         f"(trained at block size {meta.training_block_size}), "
         f"policy `{meta.policy}`; {meta.max_new_tokens} new tokens, {meta.dtype} on {env.device}; "
         f"torch {env.torch}, transformers {env.transformers}, blockpilot-hf {env.blockpilot_hf}.",
-        f"Best fixed block size ({report.best_fixed_from}): {_fmt(report.best_fixed_size, '{}')}. "
+        f"Best fixed size or shape ({report.best_fixed_from}): {_fmt(report.best_fixed_size, '{}')}. "
         "Speed-up: geometric mean over prompt turns of tokens/s relative to plain `generate` "
         "in the same run.",
     ]

@@ -26,6 +26,7 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .acceptance import accept_greedy, accept_point_mass
 from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
+from .planner import StepPlanner
 from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 
@@ -213,6 +214,11 @@ def _row_sizes(block_size: int | BlockChooser, prefills: list[Prefill]) -> tuple
     sizes = []
     for i, prefill in enumerate(prefills):
         shape, name = choose_shape(block_size, prefill)
+        if isinstance(shape, StepPlanner):
+            raise ValueError(
+                f"block_policy {name!r} chooses per step, which runs one request at a time; a batch drafts one chain "
+                "size. Give it a `choose_batch` rule, or pass block_size= for batches."
+            )
         if not shape.is_chain:
             raise ValueError(
                 f"block_policy {name!r} chose draft shape {shape} for row {i}: a batch drafts chains only. Generate "

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -24,11 +24,12 @@ from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
 from .lookup import lookup_draft
+from .planner import StepPlan, StepPlanner
 from .row_attention import with_row_attention
 from .shape import DraftShape
 from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
-from .tree import accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
+from .tree import DraftTree, accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 
 
 @dataclass
@@ -43,28 +44,42 @@ class Prefill:
 
 @runtime_checkable
 class BlockChooser(Protocol):
-    """What `block_policy` becomes: picks one request's block size (or whole `DraftShape`) from its `Prefill`, and
-    has a `name` for stats.
+    """What `block_policy` becomes: picks one request's block size, whole `DraftShape`, or a `StepPlanner` that
+    chooses at every step, from its `Prefill`, and has a `name` for stats.
 
-    `BlockPolicy`, `FixedPolicy` and `EntropyPolicy` follow it; `policy.resolve` wraps a plain callable once."""
+    `BlockPolicy`, `FixedPolicy`, `EntropyPolicy` and `PerStepPolicy` follow it; `policy.resolve` wraps a plain
+    callable once."""
 
     name: str
 
-    def __call__(self, prefill: Prefill) -> int | DraftShape: ...
+    def __call__(self, prefill: Prefill) -> int | DraftShape | StepPlanner: ...
 
 
 def choose_shape(
     block_size: int | BlockChooser, prefill: Prefill, tree_budget: int | None = None, lookup_tokens: int = 0
-) -> tuple[DraftShape, str]:
-    """The request's draft shape and the name its stats record.
+) -> tuple[DraftShape | StepPlanner, str]:
+    """The request's draft shape (or step planner) and the name its stats record.
 
     A fixed size, or a size a chooser returns, drafts with the call's `tree_budget` / `lookup_tokens`; a chooser
-    that returns a `DraftShape` (a BlockPilot policy over shapes) decides those for the request itself."""
+    that returns a `DraftShape` (a BlockPilot policy over shapes) or a `StepPlanner` decides those itself."""
     chosen = block_size(prefill) if callable(block_size) else block_size
     name = block_size.name if callable(block_size) else f"fixed:{block_size}"
-    if isinstance(chosen, DraftShape):
+    if isinstance(chosen, (DraftShape, StepPlanner)):
         return chosen, name
     return DraftShape(chosen, (tree_budget or 0) if chosen > 1 else 0, lookup_tokens), name
+
+
+@dataclass
+class _Draft:
+    """One step's drafts: a chain `drafts` (with their processed q when sampled from the drafter), or a `tree`;
+    `lookup_nodes` are the tree's copied nodes; `plan` is set when a `StepPlanner` chose them."""
+
+    drafts: list[int]
+    source: str  # "drafter" (the drafter ran), "lookup" (copied only) or "target" (no drafts)
+    tree: DraftTree | None = None
+    q: torch.Tensor | None = None
+    lookup_nodes: set[int] = field(default_factory=set)
+    plan: StepPlan | None = None
 
 
 @dataclass
@@ -178,9 +193,16 @@ def speculative_generate(
     prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
     policy_start = time.perf_counter()
     shape, name = choose_shape(block_size, prefill, tree_budget, lookup_tokens)
-    chosen, tree_budget, lookup_tokens = shape.block_size, shape.tree_budget, shape.lookup_tokens
+    planner = shape if isinstance(shape, StepPlanner) else None
+    if planner is not None:  # the largest step it may take, for the stats; it chooses within it every step
+        shape = DraftShape(planner.max_depth + 1, planner.max_nodes, planner.max_lookup)
+    chosen = shape.block_size
     stats = GenerationStats(
-        chosen, name, input_ids.shape[1], str(shape), policy_time=time.perf_counter() - policy_start
+        chosen,
+        name,
+        input_ids.shape[1],
+        planner.name if planner else str(shape),
+        policy_time=time.perf_counter() - policy_start,
     )
     context = prefill.context
     score = _scorer(logits_processor, seq)
@@ -188,7 +210,7 @@ def speculative_generate(
     seq.commit(first)
     stats.prefill_time = device_clock(device) - start
     drafter_cache = DynamicCache(config=drafter.config)
-    want_hidden = drafter.hidden_state_indices if chosen > 1 else None
+    want_hidden = drafter.hidden_state_indices if chosen > 1 else None  # the drafter's features, if it may run
     text_start = prompt.shape[1] - input_ids.shape[1]  # prompt lookup searches the text after any padding
 
     timer, marks = StepTimer(device), []  # draft and verify times per step, read after the loop (no GPU syncs)
@@ -198,34 +220,28 @@ def speculative_generate(
         # 2. Draft: copy from the text so far (prompt lookup), else one drafter pass (a chain of k-1 tokens, or a
         #    tree of up to `tree_budget` nodes, with the copy as one more branch), else nothing (plain decoding).
         t0 = timer.mark()
-        copied = []
-        if lookup_tokens and room > 1:
-            copied = lookup_draft(seq.buffer[0, text_start : seq.length], min(lookup_tokens, room - 1))
-        tree, lookup_nodes = None, set()
-        if copied and not (tree_budget and chosen > 1):
-            drafts, q, source = copied, None, "lookup"
-        elif chosen > 1 and room > 1:
-            k = min(chosen, room)
-            draft_logits = drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()  # (k-1, V)
-            if tree_budget:  # the drafter's best continuations, and prompt lookup's as one more branch
-                tree, q = build_tree(draft_logits, tree_budget), None
-                lookup_nodes = add_branch(tree, copied)
-                drafts = tree.tokens
-            else:
-                drafts, q = _propose(draft_logits, score, do_sample and draft_sampling, generator)
-            source = "drafter"
+        text = seq.buffer[0, text_start : seq.length]
+
+        def run_drafter(k: int, anchor=anchor, context=context) -> torch.Tensor:  # (k-1, V): one pass, block of k
+            return drafter.draft(embed, lm_head, anchor, context, k, drafter_cache)[0].float()
+
+        if planner is not None:
+            step = _plan_step(planner, text, room, run_drafter)
         else:
-            drafts, q, source = [], None, "target"
+            step = _fixed_step(shape, text, room, run_drafter, score, do_sample and draft_sampling, generator)
+        drafts, tree, q = step.drafts, step.tree, step.q
         t1 = timer.mark()
         # 3. Verify anchor + drafts in one target pass; a tree's nodes sit at anchor position + depth and see
         #    only their ancestors.
         past = target_cache.get_seq_length()
         block = torch.tensor([[anchor.item(), *drafts]], dtype=seq.buffer.dtype, device=device)
-        shape = {}
+        tree_args = {}
         if tree is not None:
             positions = past + torch.tensor([[0, *tree.depths]], device=device)
-            shape = dict(position_ids=positions, attention_mask=tree_attention_mask(tree, past, target.dtype, device))
-        logits, hidden = _target_forward(target, block, target_cache, want_hidden, keep=0, **shape)
+            tree_args = dict(
+                position_ids=positions, attention_mask=tree_attention_mask(tree, past, target.dtype, device)
+            )
+        logits, hidden = _target_forward(target, block, target_cache, want_hidden, keep=0, **tree_args)
 
         # 4. Accept: the target's own tokens, as many as the drafts predicted.
         def score_at(i: int, pending: list[int], rows: torch.Tensor = logits) -> torch.Tensor:
@@ -240,30 +256,64 @@ def speculative_generate(
         else:
             committed = accept_point_mass(drafts, score_at, do_sample, generator)
         t2 = timer.mark()
+        if step.plan is not None:
+            planner.observe(step.plan, committed)
         # 5. Commit (stopping criteria token by token), then keep exactly the committed prefix in the target cache:
         #    crop a chain's rejected tail, gather a tree's accepted path.
         accepted = len(committed) - 1
         kept = seq.commit(committed)
         if tree is None:
             target_cache.crop(-(len(drafts) - accepted))
-            verified_rows = list(range(accepted + 1))
+            path = list(range(1, accepted + 1))
         else:
             keep_cache_positions(target_cache, past, path)
-            verified_rows = [0, *path]
         if want_hidden:  # the drafter's next context: what it consumed is cached; keep the rest pending
-            verified = drafter.context_features(hidden)[:, verified_rows]
-            context = verified if source == "drafter" else torch.cat([context, verified], dim=1)
-        from_lookup = sum(node in lookup_nodes for node in path) if tree is not None else 0
-        stats.steps.append(StepRecord(block.shape[1], accepted, kept, 0.0, 0.0, source, from_lookup))
+            verified = drafter.context_features(hidden)[:, [0, *path]]
+            context = verified if step.source == "drafter" else torch.cat([context, verified], dim=1)
+        from_lookup = sum(node in step.lookup_nodes for node in path)
+        stats.steps.append(StepRecord(block.shape[1], accepted, kept, 0.0, 0.0, step.source, from_lookup))
         marks.append((t0, t1, t2))
 
     stats.new_tokens = seq.length - prompt.shape[1]
+    stats.policy_time += planner.seconds if planner is not None else 0.0  # its per-step decisions
     stats.total_time = device_clock(device) - start  # waits for the device: every mark is now readable
     for step, (t0, t1, t2) in zip(stats.steps, marks, strict=True):
         step.draft_time, step.verify_time = timer.seconds(t0, t1), timer.seconds(t1, t2)
     if streamer is not None:
         streamer.end()
     return seq.ids.clone(), stats
+
+
+def _fixed_step(
+    shape: DraftShape, text: torch.Tensor, room: int, run_drafter, score, sample: bool, generator
+) -> _Draft:
+    """One step of a fixed `shape`: copy from the text so far (prompt lookup), else one drafter pass (a chain of
+    k-1 tokens, or a tree of up to `tree_budget` nodes, with the copy as one more branch), else nothing."""
+    copied = lookup_draft(text, min(shape.lookup_tokens, room - 1)) if shape.lookup_tokens and room > 1 else []
+    if copied and not (shape.tree_budget and shape.block_size > 1):
+        return _Draft(copied, "lookup")
+    if shape.block_size < 2 or room < 2:
+        return _Draft([], "target")
+    draft_logits = run_drafter(min(shape.block_size, room))
+    if shape.tree_budget:  # the drafter's best continuations, and prompt lookup's as one more branch
+        tree = build_tree(draft_logits, shape.tree_budget)
+        lookup_nodes = add_branch(tree, copied)
+        return _Draft(tree.tokens, "drafter", tree, lookup_nodes=lookup_nodes)
+    drafts, q = _propose(draft_logits, score, sample, generator)
+    return _Draft(drafts, "drafter", q=q)
+
+
+def _plan_step(planner: StepPlanner, text: torch.Tensor, room: int, run_drafter) -> _Draft:
+    """One step the planner chooses: the copy on offer, a drafter pass if it pays, then the nodes to verify."""
+    copied = lookup_draft(text, min(planner.max_lookup, room - 1)) if planner.max_lookup and room > 1 else []
+    draft_logits = None
+    if room > 1 and planner.wants_drafter(copied):
+        draft_logits = run_drafter(min(planner.max_depth + 1, room))
+    plan = planner.plan(copied, draft_logits)
+    source = "drafter" if plan.ran_drafter else ("lookup" if len(plan.tree) else "target")
+    if plan.is_chain:  # verified as a chain: no tree mask
+        return _Draft(plan.tree.tokens, source, lookup_nodes=plan.lookup_nodes, plan=plan)
+    return _Draft(plan.tree.tokens, source, plan.tree, lookup_nodes=plan.lookup_nodes, plan=plan)
 
 
 def _scorer(logits_processor: LogitsProcessorList, seq: _Sequence):

@@ -54,6 +54,14 @@ def build_tree(draft_logits: torch.Tensor, budget: int, top_k: int = TREE_TOP_K)
     return grow_tree(values.tolist(), indices.tolist(), budget)
 
 
+def top_candidates(draft_logits: torch.Tensor, top_k: int = TREE_TOP_K) -> tuple[list[list[float]], list[list[int]]]:
+    """The `top_k` likeliest tokens of each position of (D, V) draft logits: their probabilities (D, K), in
+    descending order, and the tokens (D, K). One transfer to the host per step."""
+    probs = torch.softmax(draft_logits.float(), dim=-1)
+    values, indices = probs.topk(min(top_k, probs.shape[-1]), dim=-1)  # (D, K)
+    return values.tolist(), indices.tolist()
+
+
 def grow_tree(values: list[list[float]], indices: list[list[int]], budget: int) -> DraftTree:
     """The tree of `budget` nodes from each position's top log-probs `values` (D, K), best first, and their
     tokens `indices` (D, K).

@@ -6,13 +6,16 @@ head cannot run with, naming the field to fix.
 
 from __future__ import annotations
 
+import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..decoding.planner import StepCosts, interpolate
 from ..decoding.shape import DraftShape
 from ..jsonfile import from_dict, load_json, save_json
 
 CHOICE_RULES = ("throughput", "classifier")
+DECISIONS = ("per-step", "per-request")
 DEFAULT_SIZES = (1, 2, 4, 6, 8, 12, 16)
 
 
@@ -53,19 +56,26 @@ def _sorted_ladder(sizes: list[int], seconds: list[float]) -> tuple[list[int], l
     return [int(sizes[i]) for i in order], [float(seconds[i]) for i in order]
 
 
-def _interpolate(sizes: list[int], seconds: list[float], size: int) -> float:
-    """Seconds at `size` on a ladder measured at `sizes` (sorted): linear between points, beyond them along the
-    nearest slope."""
-    if size in sizes:
-        return seconds[sizes.index(size)]
-    if len(sizes) == 1:
-        return seconds[0]
-    i = 1
-    while i < len(sizes) - 1 and sizes[i] < size:
-        i += 1
-    lo, hi = i - 1, i
-    slope = (seconds[hi] - seconds[lo]) / (sizes[hi] - sizes[lo])
-    return max(seconds[lo] + slope * (size - sizes[lo]), 1e-9)
+MAX_PRICED_ROWS = 32  # verify costs read off a fitted line are tabulated up to this many rows
+
+
+def _non_decreasing(values: list[float]) -> list[float]:
+    """The closest non-decreasing sequence in least squares (pool adjacent violators): noise removed, level kept."""
+    blocks: list[list[float]] = []  # [mean, count]
+    for v in values:
+        blocks.append([v, 1])
+        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
+            (m2, n2), (m1, n1) = blocks.pop(), blocks.pop()
+            blocks.append([(m1 * n1 + m2 * n2) / (n1 + n2), n1 + n2])
+    return [m for m, n in blocks for _ in range(int(n))]
+
+
+def _line_through(points: list[tuple[int, float]]) -> tuple[float, float]:
+    """(slope, intercept) of the least-squares line through (x, y) points."""
+    xs, ys = [x for x, _ in points], [y for _, y in points]
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sum((x - mx) ** 2 for x in xs)
+    return slope, my - slope * mx
 
 
 @dataclass
@@ -86,18 +96,24 @@ class CostModel:
     shapes: dict[str, float] = field(default_factory=dict)
     copy_sizes: list[int] = field(default_factory=list)
     copy_seconds: list[float] = field(default_factory=list)
+    verify_rows: list[int] = field(default_factory=list)
+    verify_seconds: list[float] = field(default_factory=list)
+    draft_seconds: float | None = None
 
     def __post_init__(self) -> None:
         if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
             raise ValueError("CostModel needs one positive `seconds` value per block size.")
         if len(self.copy_sizes) != len(self.copy_seconds):
             raise ValueError("CostModel needs one `copy_seconds` value per copy size.")
-        if any(s <= 0 for s in [*self.seconds, *self.shapes.values(), *self.copy_seconds]):
+        if len(self.verify_rows) != len(self.verify_seconds):
+            raise ValueError("CostModel needs one `verify_seconds` value per verified row count.")
+        if any(s <= 0 for s in [*self.seconds, *self.shapes.values(), *self.copy_seconds, *self.verify_seconds]):
             raise ValueError(
                 f"CostModel seconds must be positive, got {self.seconds}, {self.shapes} and {self.copy_seconds}."
             )
         self.block_sizes, self.seconds = _sorted_ladder(self.block_sizes, self.seconds)
         self.copy_sizes, self.copy_seconds = _sorted_ladder(self.copy_sizes, self.copy_seconds)
+        self.verify_rows, self.verify_seconds = _sorted_ladder(self.verify_rows, self.verify_seconds)
         self.shapes = {str(DraftShape.parse(k)): float(v) for k, v in self.shapes.items()}
 
     def step_seconds(self, candidate: int | DraftShape) -> float:
@@ -108,7 +124,7 @@ class CostModel:
             if str(shape) not in self.shapes:
                 raise KeyError(f"The cost model has no measurement of draft shape {shape}; collect runs with it.")
             return self.shapes[str(shape)]
-        return _interpolate(self.block_sizes, self.seconds, shape.block_size)
+        return interpolate(self.block_sizes, self.seconds, shape.block_size)
 
     def run_seconds(self, candidate: int | DraftShape, copied: list[int]) -> float:
         """Mean cost of the steps of one run, given the drafts each step copied (`copied`, 0 for none): a step that
@@ -118,8 +134,33 @@ class CostModel:
         if not (shape.lookup_tokens and not shape.tree_budget and self.copy_sizes and copied):
             return self.step_seconds(shape)
         plain = self.step_seconds(shape.block_size)
-        steps = [_interpolate(self.copy_sizes, self.copy_seconds, m + 1) if m else plain for m in copied]
+        steps = [interpolate(self.copy_sizes, self.copy_seconds, m + 1) if m else plain for m in copied]
         return sum(steps) / len(steps)
+
+    def step_costs(self) -> StepCosts:
+        """What per-step choice prices: seconds to verify n rows and of one drafter pass.
+
+        Measured directly when the calibration has a verify ladder (`blockpilot calibrate` times both; the ladder
+        is made non-decreasing, since one more row never saves time and single timings are noisy); else read
+        off the step ladders: one row is a plain step, n >= 2 rows a lookup step that copied n - 1 (a straight
+        line fitted through the copy ladder, which is noisy step by step), and the drafter pass what a chain step
+        costs beyond verifying its rows (the median over the chain sizes)."""
+        if self.verify_rows and self.draft_seconds is not None:
+            seconds = _non_decreasing(self.verify_seconds)
+            return StepCosts(tuple(self.verify_rows), tuple(seconds), self.draft_seconds)
+        plain = self.step_seconds(1)
+        points = [(n, t) for n, t in zip(self.copy_sizes, self.copy_seconds, strict=True) if n >= 2]
+        if len(points) >= 2:
+            slope, intercept = _line_through(points)
+            rows = [1, *range(2, MAX_PRICED_ROWS + 1)]
+            seconds = [plain, *(max(intercept + slope * n, plain) for n in rows[1:])]
+        else:  # no copy ladder: the chain ladder stands in for verify costs, the drafter taken as free
+            rows, seconds = list(self.block_sizes), list(self.seconds)
+            return StepCosts(tuple(rows), tuple(seconds), 0.0)
+        verify = StepCosts(tuple(rows), tuple(seconds), 0.0).verify
+        chains = [b for b in self.block_sizes if b >= 2]
+        extra = [self.step_seconds(b) - verify(b) for b in chains]
+        return StepCosts(tuple(rows), tuple(seconds), max(statistics.median(extra), 0.0) if extra else 0.0)
 
     def with_shapes_from(self, stored: CostModel | None) -> CostModel:
         """This model plus the tree / lookup shapes (and the copy ladder) only `stored` prices, scaled by this
@@ -187,6 +228,13 @@ class BlockPolicyConfig:
     cost: CostModel | None = field(default=None, metadata={"help": "cost model used when no calibration is cached"})
     results: list[MeasuredResult] = field(default_factory=list, metadata={"help": "held-out measurements for the card"})
     name: str = field(default="blockpilot-policy", metadata={"help": "short name shown in stats and cards"})
+    decision: str = field(
+        default="per-step",
+        metadata={
+            "help": "'per-step': the head's predictions are each request's prior and the engine chooses what to "
+            "verify at every step; 'per-request': the head picks one candidate shape for the whole request"
+        },
+    )
 
     def __post_init__(self) -> None:
         if isinstance(self.features, dict):
@@ -206,6 +254,8 @@ class BlockPolicyConfig:
                 "'1+lookup10'); plain block sizes belong in candidate_sizes."
             )
         self.candidate_shapes = [str(s) for s in sorted(shapes)]
+        if self.decision not in DECISIONS:
+            raise ValueError(f"decision must be one of {DECISIONS}, got {self.decision!r}.")
         if self.choice not in CHOICE_RULES:
             raise ValueError(f"choice must be one of {CHOICE_RULES}, got {self.choice!r}.")
         if len(self.target_layer_ids) != self.features.num_context_layers:

@@ -17,6 +17,7 @@ import platform
 import re
 import statistics
 from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TypeVar
 
@@ -175,9 +176,76 @@ def calibrate(
         for shape in shapes[turn:] + shapes[:turn]:
             measured[shape].append(mean_step_seconds(shape, prompt))
     cost = cost_from_steps(measured, device_name(target.device), "calibrated", copy_steps)
+    rows, seconds, draft = measure_step_parts(target, drafter, rounds=rounds)
+    cost = replace(cost, verify_rows=rows, verify_seconds=seconds, draft_seconds=draft)
     if save:
         path = calibration_path(target, drafter)
         path.parent.mkdir(parents=True, exist_ok=True)
         save_json(cost, path)
         logger.info("Saved calibration to %s", path)
     return cost
+
+
+VERIFY_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # verified row counts per-step choice prices directly
+
+
+@torch.no_grad()
+def measure_step_parts(
+    target, drafter, rows: Sequence[int] = VERIFY_ROWS, context: int = 192, rounds: int = 3
+) -> tuple[list[int], list[float], float]:
+    """(rows, seconds of a target pass verifying each many rows, seconds of one drafter pass): what per-step
+    choice prices, timed as the engine runs them (its kernels on) after `context` cached tokens of a random prompt.
+    Rows go in as a tree's do (positions and a 4D mask), which costs more than a causal chain of as many rows:
+    per-step choice mostly verifies trees.
+
+    Each round times every row count once, in a rotating order, then one drafter pass of the drafter's block
+    size; a value is the median over rounds (5 passes each)."""
+    from transformers import DynamicCache
+
+    from ..decoding.row_attention import row_attention
+    from ..decoding.small_rows import small_row_linears
+    from ..decoding.stats import device_clock
+    from ..decoding.tree import DraftTree, tree_attention_mask
+
+    device = target.device
+    vocab = target.get_input_embeddings().weight.shape[0]
+    prompt = torch.randint(0, vocab, (1, context), generator=torch.Generator().manual_seed(0)).to(device)
+    embed, lm_head = target.get_input_embeddings(), target.get_output_embeddings()
+    rows = sorted(set(rows))
+    times: dict[int, list[float]] = {n: [] for n in rows}
+    draft_times: list[float] = []
+    block = drafter.config.block_size
+    with small_row_linears(target, drafter), row_attention(target):
+        cache = DynamicCache(config=target.config)
+        out = target(input_ids=prompt, cache=cache, use_cache=True, output_hidden_states=True)
+        features = drafter.context_features(out.hidden_states)[:, -1:]  # (1, 1, n*H)
+
+        def timed(run) -> float:
+            run()  # warm
+            start = device_clock(device)
+            for _ in range(5):
+                run()
+            return (device_clock(device) - start) / 5
+
+        def verify(n: int) -> None:  # n rows as the engine verifies a tree: explicit positions and a 4D mask
+            chain = DraftTree(prompt[0, : n - 1].tolist(), list(range(n - 1)), list(range(1, n)))
+            mask = tree_attention_mask(chain, context, target.dtype, device)
+            positions = torch.arange(context, context + n, device=device)[None]
+            target(
+                input_ids=prompt[:, :n],
+                cache=cache,
+                use_cache=True,
+                logits_to_keep=0,
+                position_ids=positions,
+                attention_mask=mask,
+            )
+            cache.crop(-n)
+
+        for r in tqdm(range(rounds), desc="calibrate: verify ladder", unit="round"):
+            for n in rows[r % len(rows) :] + rows[: r % len(rows)]:
+                times[n].append(timed(lambda n=n: verify(n)))
+            draft_cache = DynamicCache(config=drafter.config)
+            draft_times.append(
+                timed(lambda c=draft_cache: drafter.draft(embed, lm_head, prompt[:, -1:], features, block, c))
+            )
+    return rows, [statistics.median(times[n]) for n in rows], statistics.median(draft_times)

@@ -16,8 +16,10 @@ candidate depends on the temperature. A policy holds one such head per temperatu
 
 from __future__ import annotations
 
+import copy
 import itertools
 import logging
+from dataclasses import replace
 from pathlib import Path
 
 import torch
@@ -168,6 +170,12 @@ class BlockPolicy(nn.Module):
         totals = [sum(t[i] for t in taus) for i in usable]
         tokens = [self.config.candidates[i].block_size * batch for i in usable]  # verified by one batched step
         return choose_size(totals, tokens, rule, cost) // batch
+
+    def with_decision(self, decision: str) -> BlockPolicy:
+        """This policy (the same weights) deciding `decision`: "per-step" or "per-request" (see the config)."""
+        other = copy.copy(self)
+        other.config = replace(self.config, decision=decision)
+        return other
 
     def __call__(self, *args, **kwargs):
         # A Prefill alone means "choose"; tensors mean the usual nn.Module forward.

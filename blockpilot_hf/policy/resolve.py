@@ -15,10 +15,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..decoding.engine import BlockChooser, Prefill
+from ..decoding.planner import StepCosts
 from ..decoding.shape import DraftShape
 from ..validation import check_block_size, check_policy_compatible, check_policy_sizes, check_shape
 from .baselines import FixedPolicy
 from .config import CostModel
+from .step import PerStepPolicy
+
+PER_STEP = "per-step"  # block_policy that chooses every step with no head (a neutral prior)
+# Relative costs for a device never calibrated: verifying n rows costs 1 + 0.03 (n - 1) plain steps (a GPU's pass
+# barely grows with a few rows), a drafter pass 0.15 of one.
+GENERIC_STEP_COSTS = StepCosts((1, 64), (1.0, 1.0 + 0.03 * 63), 0.15)
 
 logger = logging.getLogger(__name__)
 
@@ -39,6 +46,9 @@ def resolve_block_policy(
         return check_block_size(drafter.config.block_size if block_size is None else block_size, drafter)
     if isinstance(block_policy, int) and not isinstance(block_policy, bool):
         return check_block_size(block_policy, drafter)
+    if block_policy == PER_STEP:
+        chooser = PerStepPolicy(step_costs_for(target, drafter, None), drafter.config.block_size - 1)
+        return CheckedChooser(chooser, target, drafter, draft_sampling)
     if isinstance(block_policy, str) and block_policy.startswith("fixed:"):
         try:
             shape = DraftShape.parse(block_policy.removeprefix("fixed:"))
@@ -60,8 +70,8 @@ def resolve_block_policy(
     if callable(block_policy):
         return CheckedChooser(as_chooser(block_policy), target, drafter, draft_sampling)
     raise ValueError(
-        f"Unknown block_policy {block_policy!r} ({type(block_policy).__name__}): pass an int, 'fixed:N', a policy "
-        "folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int or a DraftShape."
+        f"Unknown block_policy {block_policy!r} ({type(block_policy).__name__}): pass an int, 'fixed:N', 'per-step', "
+        "a policy folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int or a DraftShape."
     )
 
 
@@ -137,10 +147,13 @@ TEMPERATURE_TOLERANCE = 0.25  # a head trained this close to the request's tempe
 _WARNED_TEMPERATURES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # policy -> temperatures warned of
 
 
-def _prepare_policy(policy, drafter, target, draft_sampling: bool, temperature: float) -> CalibratedPolicy:
+def _prepare_policy(
+    policy, drafter, target, draft_sampling: bool, temperature: float
+) -> CalibratedPolicy | PerStepPolicy:
     """Check the policy fits this target/drafter, pick this machine's calibration if one is cached, and warn (once
     per policy and temperature) when no head of the policy was trained near the request's temperature (its
-    choices are then a guess)."""
+    choices are then a guess). A per-step policy primes a `StepPlanner` per request; a per-request one picks a
+    shape."""
     from .cost import load_calibration
 
     check_policy_compatible(policy.config, target, drafter)
@@ -158,4 +171,32 @@ def _prepare_policy(policy, drafter, target, draft_sampling: bool, temperature: 
             temperature,
             temperature,
         )
-    return CalibratedPolicy(policy, policy.usable_cost_model(load_calibration(target, drafter)), temperature)
+    calibration = load_calibration(target, drafter)
+    if policy.config.decision == PER_STEP:
+        costs = step_costs_for(target, drafter, policy.config.cost, calibration)
+        return PerStepPolicy(costs, drafter.config.block_size - 1, policy, temperature, policy.name)
+    return CalibratedPolicy(policy, policy.usable_cost_model(calibration), temperature)
+
+
+_WARNED_UNCALIBRATED: set[str] = set()  # devices warned of running on generic step costs
+
+
+def step_costs_for(target, drafter, stored: CostModel | None, calibration: CostModel | None = None) -> StepCosts:
+    """What per-step choice prices verify passes and drafter passes with: this machine's calibration (device,
+    models, dtype) when cached, else the policy's stored costs, else a generic ladder, with a message (once)
+    saying how to measure this machine."""
+    from .cost import calibration_path, load_calibration
+
+    calibration = calibration or load_calibration(target, drafter)
+    if calibration is not None:
+        return calibration.step_costs()
+    path = calibration_path(target, drafter)
+    if path.name not in _WARNED_UNCALIBRATED:
+        _WARNED_UNCALIBRATED.add(path.name)
+        logger.warning(
+            "No calibration of this device, models and dtype (%s): per-step choice prices steps with %s. Measure "
+            "this machine once with `blockpilot calibrate --target ... --drafter ... --dtype ... --device ...`.",
+            path,
+            "the policy's stored costs" if stored is not None else "a generic cost ladder",
+        )
+    return stored.step_costs() if stored is not None else GENERIC_STEP_COSTS

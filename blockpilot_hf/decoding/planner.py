@@ -1,0 +1,283 @@
+"""Per-step choice of what to verify: the candidate set with the most expected tokens per second, every step.
+
+Before each verify pass the engine knows the prompt-lookup continuation on offer and, after one drafter pass, the
+drafter's per-position distributions. A `StepPlanner` turns them into a chance of acceptance for every candidate
+node and verifies the set S that maximises
+
+    E[tokens committed] / seconds = (1 + sum_{v in S} P(v accepted)) / (drafter pass + verify(|S| + 1 rows))
+
+P(v) is the product, along v's path, of each node's chance of being accepted once its parent is. Those chances
+are learnt per request, starting from a prior (`StepPrior`, which a BlockPilot head predicts from the prefill):
+a drafted node's by the drafter's own probability q of its token, mapped through Beta posteriors per q bucket (a
+calibration of the drafter's confidence); a copied node's by two Beta posteriors (the first copied token, each
+further one). Every verified step updates them with what the target chose, including what it would have done
+with candidates left unverified (the committed tokens tell).
+
+Whether to run the drafter is decided before it runs: the best copy on offer (or plain decoding) against the
+drafter steps' expected rate so far. A choice made from the committed text and the drafter's outputs alone never
+reads the target's not-yet-computed tokens, so the verify rule, and losslessness with it, is untouched: greedy
+output stays plain greedy, sampled output keeps the target's law.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import math
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+from .tree import DraftTree, add_branch, grow_tree, top_candidates
+
+# Upper edges of the buckets of the drafter's probability q (the last bucket runs to 1).
+Q_EDGES = (0.05, 0.15, 0.3, 0.5, 0.7, 0.85, 0.95)
+Q_MIDS = (0.025, 0.1, 0.225, 0.4, 0.6, 0.775, 0.9, 0.975)
+PROBE_EVERY = 8  # run the drafter at least every this many steps, so its estimate follows the request
+PLAN_TOP_K = 4  # drafter candidates per position a planned tree may branch into (and that it learns from)
+RATE_MEMORY = 0.7  # weight of the past in the running estimate of a drafter step's tokens and rows
+
+
+def interpolate(points: list[int], seconds: list[float], x: int) -> float:
+    """Seconds at `x` on a ladder measured at sorted `points`: linear between points, beyond them along the
+    nearest slope (never below a nanosecond)."""
+    if x in points:
+        return seconds[points.index(x)]
+    if len(points) == 1:
+        return seconds[0]
+    i = 1
+    while i < len(points) - 1 and points[i] < x:
+        i += 1
+    lo, hi = i - 1, i
+    slope = (seconds[hi] - seconds[lo]) / (points[hi] - points[lo])
+    return max(seconds[lo] + slope * (x - points[lo]), 1e-9)
+
+
+@dataclass(frozen=True)
+class StepCosts:
+    """What a step's parts cost on one device and dtype: a target pass verifying n rows (a measured ladder,
+    interpolated between its points) and one drafter pass."""
+
+    verify_rows: tuple[int, ...]
+    verify_seconds: tuple[float, ...]
+    draft_seconds: float
+
+    def __post_init__(self) -> None:
+        if not self.verify_rows or len(self.verify_rows) != len(self.verify_seconds) or self.verify_rows[0] != 1:
+            raise ValueError(f"StepCosts needs a verify ladder starting at 1 row, got {self.verify_rows}.")
+        if min(self.verify_seconds) <= 0 or self.draft_seconds < 0:
+            raise ValueError("StepCosts seconds must be positive (the drafter pass may be free: 0).")
+
+    @property
+    def max_rows(self) -> int:
+        """The most rows a step may verify: the ladder's last point (costs beyond it are not known)."""
+        return self.verify_rows[-1]
+
+    def verify(self, rows: int) -> float:
+        return interpolate(list(self.verify_rows), list(self.verify_seconds), rows)
+
+
+@dataclass
+class StepPrior:
+    """A request's acceptance chances before its first step; a BlockPilot head predicts them from the prefill.
+
+    `draft_accept` is blended half and half with the drafter's own q for each q bucket's prior mean; `strength`
+    is how many observations each prior mean is worth."""
+
+    draft_accept: float = 0.5
+    lookup_first: float = 0.5
+    lookup_next: float = 0.8
+    strength: float = 4.0
+
+    def __post_init__(self) -> None:
+        for name in ("draft_accept", "lookup_first", "lookup_next"):
+            value = getattr(self, name)
+            if not 0.0 <= value <= 1.0:
+                raise ValueError(f"StepPrior.{name} is a probability, got {value}.")
+        if self.strength <= 0:
+            raise ValueError(f"StepPrior.strength must be > 0, got {self.strength}.")
+
+
+@dataclass
+class Beta:
+    """A Beta posterior of one acceptance chance: `accepted` and `rejected` pseudo-counts."""
+
+    accepted: float
+    rejected: float
+
+    @classmethod
+    def prior(cls, mean: float, strength: float) -> Beta:
+        mean = min(max(mean, 0.01), 0.99)
+        return cls(mean * strength, (1 - mean) * strength)
+
+    @property
+    def mean(self) -> float:
+        return self.accepted / (self.accepted + self.rejected)
+
+    def observe(self, accepted: bool) -> None:
+        if accepted:
+            self.accepted += 1
+        else:
+            self.rejected += 1
+
+
+@dataclass
+class StepPlan:
+    """What one step verifies: a tree below the anchor (a chain when every node's parent is the one before),
+    which of its nodes came from prompt lookup, and what the planner needs to learn from the outcome."""
+
+    tree: DraftTree
+    lookup_nodes: set[int]
+    ran_drafter: bool
+    copied: list[int] = field(default_factory=list)  # the copy on offer (verified or not)
+    top_probs: list[list[float]] = field(default_factory=list)  # (D, K) drafter probabilities per position
+    top_tokens: list[list[int]] = field(default_factory=list)  # (D, K) their tokens
+
+    @property
+    def is_chain(self) -> bool:
+        return all(parent == i for i, parent in enumerate(self.tree.parents))
+
+
+class StepPlanner:
+    """Chooses each step's verified nodes for one request (build a new one per request: it learns as it goes).
+
+    `max_depth`: drafted positions per drafter pass (the drafter's block size - 1); `max_nodes`: most drafted
+    nodes per step; `max_lookup`: longest copy verified."""
+
+    def __init__(
+        self,
+        costs: StepCosts,
+        prior: StepPrior | None = None,
+        *,
+        max_depth: int,
+        max_nodes: int = 24,
+        max_lookup: int = 16,
+        name: str = "per-step",
+    ):
+        if max_depth < 1 or max_nodes < 1 or max_lookup < 0:
+            raise ValueError(f"StepPlanner needs max_depth, max_nodes >= 1 and max_lookup >= 0 ({name}).")
+        self.costs, self.prior, self.name = costs, prior or StepPrior(), name
+        self.max_depth, self.max_nodes, self.max_lookup = max_depth, max_nodes, max_lookup
+        p = self.prior
+        self.draft = [Beta.prior((q + p.draft_accept) / 2, p.strength) for q in Q_MIDS]
+        self.lookup = [Beta.prior(p.lookup_first, p.strength), Beta.prior(p.lookup_next, p.strength)]
+        # A drafter step's expected committed tokens and rows, before any is seen: a chain at the prior's rate.
+        self.drafter_tokens = sum(p.draft_accept**d for d in range(max_depth + 1))
+        self.drafter_rows = float(max_depth + 1)
+        self.steps_without_drafter = 0
+        self.seconds = 0.0  # time spent deciding and learning (the decision overhead), drafter passes excluded
+
+    # ---- acceptance chances ---------------------------------------------------------------------------------------
+    def draft_chances(self) -> list[float]:
+        """Per q bucket, the chance a drafted token is accepted after its parent; made non-decreasing in q."""
+        chances, low = [], 0.0
+        for beta in self.draft:
+            low = max(low, beta.mean)
+            chances.append(low)
+        return chances
+
+    def copy_chances(self, n: int) -> list[float]:
+        """(n,) chance that each of the first n copied tokens is accepted (all before it accepted too)."""
+        first, later = self.lookup[0].mean, self.lookup[1].mean
+        return [first * later**j for j in range(n)]
+
+    # ---- the decision -------------------------------------------------------------------------------------------
+    def best_copy(self, copied: list[int], extra_rows: int = 0, extra_tokens: float = 0.0, draft: float = 0.0):
+        """(tokens per second, length) of the best prefix of the copy verified after `extra_rows` other rows
+        worth `extra_tokens` expected tokens (the anchor counts 1 of each)."""
+        verify = self.costs.verify
+        tokens = 1.0 + extra_tokens
+        best = (tokens / (draft + verify(1 + extra_rows)), 0)
+        room = min(len(copied), self.max_lookup, self.costs.max_rows - 1 - extra_rows)
+        for k, chance in enumerate(self.copy_chances(max(room, 0)), start=1):
+            tokens += chance
+            best = max(best, (tokens / (draft + verify(1 + extra_rows + k)), k))
+        return best
+
+    def wants_drafter(self, copied: list[int]) -> bool:
+        """Whether this step should run the drafter: its expected rate (with the copy as one more branch) beats
+        the best copy alone (plain decoding when nothing is copied), or it has not run for `PROBE_EVERY` steps."""
+        with self._timed():
+            if self.steps_without_drafter >= PROBE_EVERY:
+                return True
+            alone, _ = self.best_copy(copied)
+            extra = round(self.drafter_rows - 1)
+            together, _ = self.best_copy(copied, extra, self.drafter_tokens - 1, self.costs.draft_seconds)
+            return together > alone
+
+    def plan(self, copied: list[int], draft_logits: torch.Tensor | None) -> StepPlan:
+        """The nodes to verify this step from the copy on offer (L,) and, when the drafter ran, its (D, V) logits."""
+        with self._timed():
+            return self._plan(copied, draft_logits)
+
+    def _plan(self, copied: list[int], draft_logits: torch.Tensor | None) -> StepPlan:
+        if draft_logits is None:
+            self.steps_without_drafter += 1
+            _, k = self.best_copy(copied)
+            tree = DraftTree([], [], [])
+            return StepPlan(tree, add_branch(tree, copied[:k]), False, copied)
+        self.steps_without_drafter = 0
+        probs, tokens = top_candidates(draft_logits, PLAN_TOP_K)
+        chances = self.draft_chances()
+        values = [[math.log(max(chances[_bucket(q)], 1e-6)) for q in row] for row in probs]
+        budget = min(self.max_nodes, self.costs.max_rows - 1)
+        full = grow_tree(values, tokens, budget)  # best first: every prefix is a tree
+        path = _path_chances(full, values, tokens)
+        draft, verify = self.costs.draft_seconds, self.costs.verify
+        tokens_so_far, best_rate, best_n = 1.0, 1.0 / (draft + verify(1)), 0
+        for n, chance in enumerate(path, start=1):
+            tokens_so_far += chance
+            rate = tokens_so_far / (draft + verify(n + 1))
+            if rate > best_rate:
+                best_rate, best_n = rate, n
+        tree = DraftTree(full.tokens[:best_n], full.parents[:best_n], full.depths[:best_n])
+        expected = 1.0 + sum(path[:best_n])
+        _, k = self.best_copy(copied, best_n, expected - 1, draft)
+        lookup_nodes = add_branch(tree, copied[:k])
+        m = RATE_MEMORY
+        self.drafter_tokens = m * self.drafter_tokens + (1 - m) * expected
+        self.drafter_rows = m * self.drafter_rows + (1 - m) * (best_n + 1)
+        return StepPlan(tree, lookup_nodes, True, copied, probs, tokens)
+
+    # ---- learning -------------------------------------------------------------------------------------------------
+    def observe(self, plan: StepPlan, committed: list[int]) -> None:
+        """Learn from the target's committed tokens (K,): whether each copied token, and each drafter candidate
+        of the top-K per position, would have been accepted where its parent was (verified or not)."""
+        with self._timed():
+            self._observe(plan, committed)
+
+    def _observe(self, plan: StepPlan, committed: list[int]) -> None:
+        for j, token in enumerate(plan.copied[: len(committed)]):
+            self.lookup[min(j, 1)].observe(token == committed[j])
+            if token != committed[j]:
+                break
+        for depth, (row_probs, row_tokens) in enumerate(zip(plan.top_probs, plan.top_tokens, strict=True)):
+            if depth >= len(committed):
+                break
+            for q, token in zip(row_probs, row_tokens, strict=True):
+                self.draft[_bucket(q)].observe(token == committed[depth])
+            if committed[depth] not in row_tokens:  # the target left every drafted path: nothing deeper to learn
+                break
+
+    @contextlib.contextmanager
+    def _timed(self):
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.seconds += time.perf_counter() - start
+
+
+def _bucket(q: float) -> int:
+    return bisect.bisect_left(Q_EDGES, q)
+
+
+def _path_chances(tree: DraftTree, values: list[list[float]], tokens: list[list[int]]) -> list[float]:
+    """(N,) chance of each node's whole path being accepted: the product of its nodes' chances, whose logs are
+    `values` (D, K) for the candidate `tokens` (D, K) of each depth."""
+    path: list[float] = []
+    for token, parent, depth in zip(tree.tokens, tree.parents, tree.depths, strict=True):
+        above = path[parent - 1] if parent else 1.0
+        path.append(above * math.exp(values[depth - 1][tokens[depth - 1].index(token)]))
+    return path
