@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from ..decoding.shape import DraftShape
 from ..decoding.stats import device_clock, tokens_per_second
 from .config import BASELINE, BLOCKPILOT, BenchConfig
 from .harness import Arm, BenchModels, arms_for, generate_kwargs, rotated
@@ -88,10 +89,13 @@ def run_batch_benchmark(models: BenchModels, config: BenchConfig, prompts) -> li
     """Every batch size of `config.batch_size` over `prompts` (eval split), arms interleaved per batch."""
     from tqdm.auto import tqdm
 
-    arms = [a for a in arms_for(config, models.policy is not None) if a.kind in BATCH_ARMS]
-    skipped = sorted(set(config.arms) - set(BATCH_ARMS))
+    every = arms_for(config, models.policy is not None)
+    arms = [a for a in every if a.kind in BATCH_ARMS and (a.shape is None or DraftShape.parse(a.shape).is_chain)]
+    skipped = sorted({a.name for a in every} - {a.name for a in arms})
     if skipped:
-        logger.warning("Arms %s run one row at a time: left out of the batch benchmark.", skipped)
+        logger.warning(
+            "Arms %s run one row at a time (batches draft chains): left out of the batch benchmark.", skipped
+        )
     by_dataset: dict[str, list] = {}
     for prompt in prompts:
         by_dataset.setdefault(prompt.source, []).append(prompt)

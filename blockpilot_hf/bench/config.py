@@ -18,15 +18,12 @@ DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its
 BLOCKPILOT = "blockpilot"  # our engine with the BlockPilot policy, deciding as it is configured (per step by default)
 BLOCKPILOT_ONCE = "blockpilot-once"  # the same policy choosing one draft shape per request from the prefill
 PER_STEP = "per-step"  # our engine choosing every step with no policy head (a neutral prior)
-TREE = "tree"  # our engine verifying a draft tree of --tree-budget nodes at the drafter's training block size
-LOOKUP = "lookup"  # our engine drafting by prompt lookup only (block size 1: no drafter pass)
-HYBRID = "hybrid"  # our engine: prompt lookup where the text repeats, else BlockPilot's block (a tree if budgeted)
 FIXED_PREFIX = "fixed:"  # our engine at one fixed block size or draft shape, e.g. "fixed:4", "fixed:1+lookup10"
 # ... and arms derived from the fixed runs, without extra runs.
 BEST_FIXED = "best-fixed"  # the one fixed size or shape that was fastest on the dev prompts
 ORACLE = "oracle"  # per prompt turn, the fastest fixed size or shape
 
-RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, BLOCKPILOT_ONCE, PER_STEP, TREE, LOOKUP, HYBRID)
+RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, BLOCKPILOT_ONCE, PER_STEP)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
 
 
@@ -53,7 +50,7 @@ class BenchConfig:
         metadata={"help": "fixed block sizes run by our engine (the grid)"},
     )
     shapes: list[str] = field(
-        default_factory=list,
+        default_factory=lambda: ["1+lookup10", "8+tree16", "8+tree16+lookup10"],
         metadata={
             "help": "fixed draft shapes run beside the grid (e.g. 1+lookup10,4+tree3+lookup4): arms fixed:SHAPE, "
             "which best-fixed and oracle range over too"
@@ -63,7 +60,7 @@ class BenchConfig:
         default_factory=lambda: list(RUN_ARMS),
         metadata={
             "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid and --shapes), blockpilot, "
-            "blockpilot-once, per-step, tree, lookup, hybrid"
+            "blockpilot-once, per-step"
         },
     )
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})
@@ -73,10 +70,7 @@ class BenchConfig:
         metadata={"help": "dev prompts per dataset (policy split, greedy) that choose the best fixed size; 0 = none"},
     )
     prompt_lookup_num_tokens: int = field(
-        default=10, metadata={"help": "longest copied draft of prompt lookup (prompt-lookup, lookup, hybrid arms)"}
-    )
-    tree_budget: int = field(
-        default=16, metadata={"help": "drafted nodes per step of the tree arm (and of hybrid; 0 = hybrid uses chains)"}
+        default=10, metadata={"help": "longest copied draft of transformers' prompt lookup (the prompt-lookup arm)"}
     )
     batch_size: list[int] = field(
         default_factory=list,

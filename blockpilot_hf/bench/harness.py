@@ -28,11 +28,8 @@ from .config import (
     BLOCKPILOT,
     BLOCKPILOT_ONCE,
     DFLASH_HF,
-    HYBRID,
-    LOOKUP,
     PER_STEP,
     PROMPT_LOOKUP,
-    TREE,
     BenchConfig,
     fixed_arm,
 )
@@ -83,7 +80,7 @@ def arms_for(config: BenchConfig, has_policy: bool) -> list[Arm]:
     for kind in config.arms:
         if kind == "fixed":
             arms += [Arm(fixed_arm(shape), "fixed", shape) for shape in config.fixed_shapes]
-        elif kind in (BLOCKPILOT, BLOCKPILOT_ONCE, HYBRID) and not has_policy:
+        elif kind in (BLOCKPILOT, BLOCKPILOT_ONCE) and not has_policy:
             logger.warning("No policy given: the %s arm is skipped.", kind)
         else:
             arms.append(Arm(kind, kind))
@@ -149,21 +146,6 @@ def generate_kwargs(arm: Arm, models: BenchModels, temperature: float, config: B
         kwargs.update(assistant_model=models.drafter, block_policy=models.policy.with_decision("per-request"))
     elif arm.kind == PER_STEP:
         kwargs.update(assistant_model=models.drafter, block_policy="per-step")
-    elif arm.kind == TREE:
-        kwargs.update(
-            assistant_model=models.drafter, block_size=models.drafter.config.block_size, tree_budget=config.tree_budget
-        )
-    elif arm.kind == LOOKUP:
-        kwargs.update(
-            assistant_model=models.drafter, block_size=1, prompt_lookup_num_tokens=config.prompt_lookup_num_tokens
-        )
-    elif arm.kind == HYBRID:
-        kwargs.update(
-            assistant_model=models.drafter,
-            block_policy=models.policy,
-            prompt_lookup_num_tokens=config.prompt_lookup_num_tokens,
-            tree_budget=config.tree_budget or None,
-        )
     return kwargs
 
 

@@ -22,12 +22,9 @@ from .config import (
     BLOCKPILOT_ONCE,
     DFLASH_HF,
     FIXED_PREFIX,
-    HYBRID,
-    LOOKUP,
     ORACLE,
     PER_STEP,
     PROMPT_LOOKUP,
-    TREE,
     fixed_arm,
 )
 from .runs import RunRecord, UnitKey
@@ -175,9 +172,6 @@ def arm_order(names: Iterable[str]) -> list[str]:
             BLOCKPILOT_ONCE: 3.8,
             PER_STEP: 3.9,
             BLOCKPILOT: 4,
-            TREE: 4.3,
-            LOOKUP: 4.5,
-            HYBRID: 4.6,
             ORACLE: 5,
         }
         return (fixed.get(name, 2.5), (0, 0, 0), name)

@@ -201,7 +201,7 @@ def speculative_generate(
         chosen,
         name,
         input_ids.shape[1],
-        planner.name if planner else str(shape),
+        "per-step" if planner else str(shape),
         policy_time=time.perf_counter() - policy_start,
     )
     context = prefill.context

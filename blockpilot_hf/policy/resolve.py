@@ -178,7 +178,7 @@ def _prepare_policy(
     return CalibratedPolicy(policy, policy.usable_cost_model(calibration), temperature)
 
 
-_WARNED_UNCALIBRATED: set[str] = set()  # devices warned of running on generic step costs
+_WARNED_UNCALIBRATED: set[str] = set()  # calibration paths warned of running on generic step costs
 
 
 def step_costs_for(target, drafter, stored: CostModel | None, calibration: CostModel | None = None) -> StepCosts:
@@ -191,8 +191,8 @@ def step_costs_for(target, drafter, stored: CostModel | None, calibration: CostM
     if calibration is not None:
         return calibration.step_costs()
     path = calibration_path(target, drafter)
-    if path.name not in _WARNED_UNCALIBRATED:
-        _WARNED_UNCALIBRATED.add(path.name)
+    if str(path) not in _WARNED_UNCALIBRATED:
+        _WARNED_UNCALIBRATED.add(str(path))
         logger.warning(
             "No calibration of this device, models and dtype (%s): per-step choice prices steps with %s. Measure "
             "this machine once with `blockpilot calibrate --target ... --drafter ... --dtype ... --device ...`.",

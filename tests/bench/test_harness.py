@@ -19,10 +19,12 @@ RUN_ARMS = {
     "fixed:1",
     "fixed:2",
     "fixed:4",
+    "fixed:1+lookup10",
+    "fixed:8+tree16",
+    "fixed:8+tree16+lookup10",
     "blockpilot",
-    "tree",
-    "lookup",
-    "hybrid",
+    "blockpilot-once",
+    "per-step",
 }
 
 
@@ -63,25 +65,25 @@ def test_every_arm_runs_on_every_turn_and_greedy_is_identical(models):
     for arms in evals.values():
         assert set(arms) == RUN_ARMS
     dev = [v for k, v in by_unit.items() if k[0] == "dev"]
-    assert len(dev) == 1 and set(dev[0]) == {"baseline", "fixed:1", "fixed:2", "fixed:4"}
+    assert len(dev) == 1 and set(dev[0]) == {"baseline"} | {a for a in RUN_ARMS if a.startswith("fixed:")}
     greedy = [r for r in records if r.temperature == 0]
     assert all(r.identical is True for r in greedy), [(r.arm, r.prompt_id) for r in greedy if not r.identical]
     assert all(r.identical is None for r in records if r.temperature > 0)
     assert all(r.new_tokens == 8 and r.total_time > 0 and 0 < r.ttft <= r.total_time for r in records)
-    engine = [r for r in records if r.arm.startswith("fixed:") or r.arm == "blockpilot"]
+    ours = ("blockpilot", "blockpilot-once", "per-step")
+    engine = [r for r in records if r.arm.startswith("fixed:") or r.arm in ours]
     assert all(r.tau is not None and r.tau >= 1 for r in engine)
-    pilot = [r for r in records if r.arm == "blockpilot"]
-    assert len(pilot) == 8 and all(r.block_size == 4 for r in pilot)
+    once = [r for r in records if r.arm == "blockpilot-once"]
+    assert len(once) == 8 and all(r.block_size == 4 for r in once)
     for key, arms in evals.items():  # greedy at size 4 takes exactly the steps of the fixed:4 arm
         if key[4] == 0.0:
-            assert arms["blockpilot"].tau == arms["fixed:4"].tau, key
-    assert all(r.policy_time > 0 for r in records if r.arm == "blockpilot")
+            assert arms["blockpilot-once"].tau == arms["fixed:4"].tau, key
+    per_step = [r for r in records if r.arm in ("blockpilot", "per-step")]
+    assert all(r.shape == "per-step" and r.policy_time > 0 for r in per_step)
     for r in records:  # where each committed token came from, for our engine's arms
-        if r.arm == "lookup":
+        if r.arm == "fixed:1+lookup10":
             assert r.tokens_by_source["drafter"] == 0 and r.block_size == 1
-        if r.arm == "tree":
-            assert r.block_size == 8 and r.tau >= 1
-        if r.arm.startswith("fixed:") or r.arm in ("blockpilot", "tree", "lookup", "hybrid"):
+        if r in engine:
             assert sum(r.tokens_by_source.values()) == r.new_tokens, (r.arm, r.tokens_by_source)
 
 
@@ -102,7 +104,7 @@ def test_second_turn_follows_the_baselines_first_answer(models, monkeypatch):
 
 
 def test_resume_skips_finished_runs(models, tmp_path, monkeypatch):
-    config = small_config(temperatures=[0.0], arms=["baseline", "fixed"], block_sizes=[1, 2])
+    config = small_config(temperatures=[0.0], arms=["baseline", "fixed"], block_sizes=[1, 2], shapes=[])
     prompts = tiny_prompts()[:2]
     first = run_benchmark(models, config, prompts, out=tmp_path, progress=False)
     lines = (tmp_path / RAW_NAME).read_text().splitlines()
@@ -159,8 +161,10 @@ def test_arms_and_rotation(models):
         "fixed:1",
         "fixed:2",
         "fixed:4",
-        "tree",
-        "lookup",  # blockpilot and hybrid need a policy
+        "fixed:1+lookup10",
+        "fixed:8+tree16",
+        "fixed:8+tree16+lookup10",
+        "per-step",  # blockpilot and blockpilot-once need a policy
     ]
     assert [a.name for a in rotated(arms, 2)][:2] == ["dflash-hf", "fixed:1"]
     with pytest.raises(ValueError, match="baseline arm is required"):
@@ -182,7 +186,7 @@ def test_repeats_interleave_the_arms_and_keep_the_median_run(models, monkeypatch
         return record
 
     monkeypatch.setattr(harness, "measure", timed)
-    config = small_config(arms=["baseline", "fixed"], block_sizes=[2], temperatures=[0.0], repeats=3)
+    config = small_config(arms=["baseline", "fixed"], block_sizes=[2], shapes=[], temperatures=[0.0], repeats=3)
     records = run_benchmark(models, config, tiny_prompts()[:1], [], progress=False)
     # round r starts at arm r (mod 2): baseline, fixed:2 | fixed:2, baseline | baseline, fixed:2
     assert order[-6:] == ["baseline", "fixed:2", "fixed:2", "baseline", "baseline", "fixed:2"]

@@ -75,11 +75,24 @@ def test_best_fixed_comes_from_the_dev_runs_and_reuses_the_eval_runs():
         rec("fixed:2", "d1", 0.9, split="dev"),
         rec("fixed:4", "d1", 0.5, split="dev"),
     ]
-    assert choose_best_fixed(dev) == 4
+    assert choose_best_fixed(dev) == "4"
     evals = [rec("baseline", "a", 1.0), rec("fixed:2", "a", 0.5), rec("fixed:4", "a", 0.8)]
-    best = [r for r in with_derived_arms(evals, 4) if r.arm == "best-fixed"]
+    best = [r for r in with_derived_arms(evals, "4") if r.arm == "best-fixed"]
     assert len(best) == 1 and best[0].block_size == 4 and best[0].total_time == 0.8
     assert choose_best_fixed([rec("baseline", "a", 1.0)]) is None
+
+
+def test_best_fixed_and_oracle_range_over_shapes_too():
+    """Fixed draft shapes are single-shape arms like block sizes: best-fixed and the per-turn oracle include them."""
+    dev = [
+        rec("baseline", "d1", 1.0, split="dev"),
+        rec("fixed:4", "d1", 0.5, split="dev", block=4),
+        rec("fixed:1+lookup10", "d1", 0.4, split="dev", block=1),
+    ]
+    assert choose_best_fixed(dev) == "1+lookup10"
+    evals = [rec("baseline", "a", 1.0), rec("fixed:4", "a", 0.5, block=4), rec("fixed:4+tree3", "a", 0.3, block=4)]
+    oracle = [r for r in with_derived_arms(evals, None) if r.arm == "oracle"]
+    assert len(oracle) == 1 and oracle[0].total_time == 0.3
 
 
 def test_summaries_cover_each_dataset_and_all():

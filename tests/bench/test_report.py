@@ -26,7 +26,7 @@ def test_report_writes_json_markdown_and_plots(tmp_path):
                 rec("blockpilot", "a", 0.6, dataset=dataset, temperature=temperature, block=2, tau=1.7),
             ]
     report = build_report(records, META, Environment.capture("cpu"), command="blockpilot bench --limit 1")
-    assert report.best_fixed_size == 2
+    assert report.best_fixed_size == "2"
     paths = write_report(report, tmp_path)
     assert [p.name for p in paths] == ["results.json", "results.md", *PLOT_NAMES]
     assert all(p.stat().st_size > 0 for p in paths)
@@ -82,6 +82,7 @@ def test_run_bench_end_to_end_on_a_jsonl_file(models, tmp_path):
         limit=2,
         temperatures=[0.0],
         block_sizes=[1, 4],
+        shapes=[],
         arms=["baseline", "fixed", "blockpilot"],
         max_new_tokens=6,
         warmup_tokens=2,
