@@ -38,7 +38,7 @@ def test_report_writes_json_markdown_and_plots(tmp_path):
     for heading in ("## gsm8k, T=0", "## gsm8k, T=1", "## humaneval, T=0", "## all, T=1"):
         assert heading in markdown
     assert "| fixed:2 | 1 | 2.00x |" in markdown and "blockpilot bench --limit 1" in markdown
-    assert "Best fixed block size (dev prompts): 2." in markdown
+    assert "Best fixed size or shape (dev prompts): 2." in markdown
     overview = "| arm | gsm8k T=0 | humaneval T=0 | all T=0 | gsm8k T=1 | humaneval T=1 | all T=1 |"
     assert overview in markdown
     assert "| blockpilot | 1.67x | 1.67x | 1.67x | 1.67x | 1.67x | 1.67x |" in markdown
