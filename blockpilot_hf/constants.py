@@ -32,3 +32,4 @@ def portable_id(name_or_path: str) -> str:
 DTYPES = ("float32", "bfloat16", "float16")  # model dtypes a command accepts by name
 
 DEVICE_HELP = "'auto' (cuda if available), 'cpu', 'cuda', 'cuda:1', ..."
+DECISIONS = ("per-step", "per-request")  # how a BlockPilot policy decides: every step from a prior, or once

@@ -123,7 +123,7 @@ def test_regenerate_takes_prompt_files_as_sources(tmp_path):
     [
         "make-policy --target t --drafter d --limit 3 --block-sizes 4,2 --max-new-tokens 8 --out 'my dir' --epochs 5",
         "regenerate --out r.jsonl --sources gsm8k,humaneval --batch-size 48 --dtype bfloat16",
-        "bench --arms baseline,lookup --limit 2",
+        "bench --arms baseline,per-step --limit 2",
     ],
 )
 def test_command_line_rebuilds_the_configs(line):

@@ -14,17 +14,22 @@ from tests.bench.tiny import tiny_models, tiny_prompts
 
 
 @pytest.mark.usefixtures("private_cost_cache")  # no cached calibration: the policy chooses by tau alone
-def test_demo_reports_every_prompt_next_to_plain_generate():
+@pytest.mark.parametrize("decision", ["per-step", "per-request"])
+def test_demo_reports_every_prompt_next_to_plain_generate(decision):
     models = tiny_models()
-    with torch.no_grad():  # tau(2) ~= 2 and every other tau ~= 1, whatever the prompt: the policy must pick 2
+    with torch.no_grad():  # tau(2) ~= 2 and every other tau ~= 1, whatever the prompt: a choice once picks 2
         sizes = models.policy.config.candidate_sizes
         models.policy.heads[0].mlp[-1].bias.copy_(torch.tensor([30.0 if b == 2 else -30.0 for b in sizes]))
+    models.policy = models.policy.with_decision(decision)
     result = run_demo(models, DemoConfig(limit=3, max_new_tokens=8), prompts=tiny_prompts())
     assert result.arm == "blockpilot"
     assert [r.prompt_id for r in result.rows] == ["gsm8k/1", "HumanEval/1", "mt-bench/1"]  # first turns only
     for row in result.rows:
         assert row.identical and row.new_tokens == 8
-        assert row.shape == "2" and 1 <= row.tau <= 2  # a size-2 block accepts at most 2 tokens per step
+        if decision == "per-request":
+            assert row.shape == "2" and 1 <= row.tau <= 2  # a size-2 block accepts at most 2 tokens per step
+        else:
+            assert row.shape == "per-step" and row.tau >= 1
         assert row.speedup == pytest.approx(row.tokens_per_second / row.baseline_tokens_per_second)
     assert result.summary.identical == 1.0 and result.summary.runs == 3 and result.baseline.speedup == 1.0
 

@@ -10,12 +10,12 @@ import statistics
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
+from ..constants import DECISIONS
 from ..decoding.planner import StepCosts, interpolate
 from ..decoding.shape import DraftShape
 from ..jsonfile import from_dict, load_json, save_json
 
 CHOICE_RULES = ("throughput", "classifier")
-DECISIONS = ("per-step", "per-request")
 DEFAULT_SIZES = (1, 2, 4, 6, 8, 12, 16)
 
 

@@ -149,17 +149,21 @@ def test_collect_fit_and_generate_with_shapes(tmp_path):
     assert "1, 4, 1+lookup3, 4+tree6" in card and "4+tree6:" in card
     loaded = BlockPolicy.from_pretrained(tmp_path / "p")
     assert loaded.config.candidates == policy.config.candidates
-    for item in items:
+    for item in items:  # per step (the default), and choosing one of its shapes per request
         prompt = torch.tensor([item.input_ids])
-        out = target.generate(
-            input_ids=prompt,
-            assistant_model=drafter,
-            block_policy=loaded,
-            max_new_tokens=10,
-            return_dict_in_generate=True,
-        )
-        assert torch.equal(out.sequences, plain_greedy(target, prompt, 10))
-        assert out.blockpilot.shape in {"1", "4", "1+lookup3", "4+tree6"}
+        for policy, shapes in (
+            (loaded, {"per-step"}),
+            (loaded.with_decision("per-request"), {"1", "4", "1+lookup3", "4+tree6"}),
+        ):
+            out = target.generate(
+                input_ids=prompt,
+                assistant_model=drafter,
+                block_policy=policy,
+                max_new_tokens=10,
+                return_dict_in_generate=True,
+            )
+            assert torch.equal(out.sequences, plain_greedy(target, prompt, 10))
+            assert out.blockpilot.shape in shapes
 
 
 def test_a_calibration_of_block_sizes_keeps_the_stored_shape_costs_scaled_to_this_device():

@@ -12,7 +12,7 @@ from blockpilot_hf import BlockPolicy
 from blockpilot_hf.decoding.planner import StepPlanner, StepPrior
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.jsonfile import save_json
-from blockpilot_hf.policy.config import CostModel
+from blockpilot_hf.policy.config import BlockPolicyConfig, CostModel
 from blockpilot_hf.policy.cost import calibration_path
 from blockpilot_hf.policy.resolve import GENERIC_STEP_COSTS, CalibratedPolicy, resolve_block_policy
 from blockpilot_hf.policy.step import PerStepPolicy, geometric_rate, prior_from_taus
@@ -90,8 +90,8 @@ def pair_with_calibration():
 
 def test_a_policy_decides_per_step_by_default_and_per_request_on_demand(task):
     target, drafter = tiny_pair()
-    policy = BlockPolicy.from_pretrained(task.policy_dir)
-    assert policy.config.decision == "per-step"
+    policy = BlockPolicy.from_pretrained(task.policy_dir).with_decision("per-step")  # the task's decides once
+    assert BlockPolicyConfig.__dataclass_fields__["decision"].default == "per-step"
     chooser = resolve_block_policy(policy, None, drafter, target).chooser
     assert isinstance(chooser, PerStepPolicy) and chooser.head is policy
     once = policy.with_decision("per-request")
@@ -103,7 +103,7 @@ def test_a_policy_decides_per_step_by_default_and_per_request_on_demand(task):
 
 def test_the_heads_prediction_primes_each_requests_planner(task):
     target, drafter = tiny_pair()
-    policy = BlockPolicy.from_pretrained(task.policy_dir)
+    policy = BlockPolicy.from_pretrained(task.policy_dir).with_decision("per-step")
     chooser = resolve_block_policy(policy, None, drafter, target)
     ids = torch.tensor([[1, 2, 3, 4, 5, 6]])
     out = run(target, drafter, ids, block_policy=policy)

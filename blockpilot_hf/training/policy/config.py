@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...cli_args import check_choice
-from ...constants import DTYPES, EMBEDDED
+from ...constants import DECISIONS, DTYPES, EMBEDDED
 from ...data import SPLITS
 from ...decoding.shape import DraftShape
 
@@ -152,6 +152,12 @@ class FitConfig:
     projection_dim: int = field(default=32, metadata={"help": "shared projection width of each H-sized feature row"})
     hidden_sizes: list[int] = field(default_factory=lambda: [64, 64], metadata={"help": "MLP widths"})
     choice: str = field(default="throughput", metadata={"help": "'throughput' or 'classifier' choice rule"})
+    decision: str = field(
+        default="per-step",
+        metadata={
+            "help": "'per-step': the head primes each request's per-step choice; 'per-request': it picks one shape"
+        },
+    )
     name: str = field(
         default="blockpilot-policy",
         metadata={"help": "policy name (stats, card); make-policy names it after its folder when left as is"},
@@ -163,6 +169,7 @@ class FitConfig:
             raise ValueError(f"heldout_fraction must be in [0, 1), got {self.heldout_fraction}.")
         if self.epochs < 1 or self.lr <= 0:
             raise ValueError("epochs must be >= 1 and lr > 0.")
+        check_choice("--decision", self.decision, DECISIONS)
 
 
 @dataclass(kw_only=True)

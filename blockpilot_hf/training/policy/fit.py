@@ -63,6 +63,7 @@ def policy_config(meta: CollectMeta, config: FitConfig, cost: CostModel, best_fi
         projection_dim=config.projection_dim,
         hidden_sizes=config.hidden_sizes,
         choice=config.choice,
+        decision=config.decision,
         target_id=meta.target_id,
         drafter_id=meta.drafter_id,
         training_block_size=meta.training_block_size,

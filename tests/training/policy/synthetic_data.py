@@ -45,6 +45,6 @@ def synthetic_task() -> SyntheticTask:
     )
     meta, train = read_records(root / "train")
     _, heldout = read_records(root / "heldout")
-    policy = fit_policy(meta, train, FitConfig(name="synthetic"), cost=SYNTHETIC_COST)
+    policy = fit_policy(meta, train, FitConfig(name="synthetic", decision="per-request"), cost=SYNTHETIC_COST)
     policy.save_pretrained(root / "policy")
     return SyntheticTask(root, root / "train", root / "heldout", meta, train, heldout, policy, root / "policy")
