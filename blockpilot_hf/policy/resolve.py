@@ -23,9 +23,9 @@ from .config import CostModel
 from .step import PerStepPolicy
 
 PER_STEP = "per-step"  # block_policy that chooses every step with no head (a neutral prior)
-# Relative costs for a device never calibrated: verifying n rows costs 1 + 0.03 (n - 1) plain steps (a GPU's pass
-# barely grows with a few rows), a drafter pass 0.15 of one.
-GENERIC_STEP_COSTS = StepCosts((1, 64), (1.0, 1.0 + 0.03 * 63), 0.15)
+# Relative costs for a device never calibrated, on the safe side for CPUs and GPUs alike: verifying n rows costs
+# 1 + 0.05 (n - 1) plain steps up to 16 rows (no more are planned), a drafter pass 0.15 of one.
+GENERIC_STEP_COSTS = StepCosts((1, 16), (1.0, 1.75), 0.15)
 
 logger = logging.getLogger(__name__)
 
