@@ -7,7 +7,7 @@ node and verifies the set S that maximises
     E[tokens committed] / seconds = (1 + sum_{v in S} P(v accepted)) / (drafter pass + verify(|S| + 1 rows))
 
 P(v) is the product, along v's path, of each node's chance of being accepted once its parent is. Those chances
-are learnt per request, starting from a prior (`StepPrior`, which a BlockPilot head predicts from the prefill):
+are learnt per request, starting from a prior (`StepPrior`, which a BlockPilot head shifts from the prefill):
 a drafted node's by the drafter's own probability q of its token, mapped through Beta posteriors per q bucket (a
 calibration of the drafter's confidence); a copied node's by two Beta posteriors (the first copied token, each
 further one). Every verified step updates them with what the target chose, including what it would have done
@@ -25,7 +25,7 @@ import bisect
 import contextlib
 import math
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -80,23 +80,62 @@ class StepCosts:
 
 @dataclass
 class StepPrior:
-    """A request's acceptance chances before its first step; a BlockPilot head predicts them from the prefill.
+    """A request's acceptance chances before its first step.
 
-    `draft_accept` is blended half and half with the drafter's own q for each q bucket's prior mean; `strength`
-    is how many observations each prior mean is worth."""
+    `draft_calibration`: per q bucket (`Q_MIDS`), the chance a drafted token is accepted once its parent is (a
+    drafter whose confidence is honest has the bucket's q; `blockpilot fit-step-prior` measures it per temperature).
+    `lookup_first` / `lookup_next`: the chance of the first copied token, and of each next one once the earlier
+    ones were accepted. `strength`: how many observations each prior mean is worth against the request's own.
+    `drafter_rate`: the per-token rate of a drafter chain, which decides whether to run the drafter before any
+    drafter step is seen. `reference_draft` / `reference_lookup`: the per-token rates a BlockPilot head predicted on
+    average over the prompts these chances were measured on; a request's own prediction shifts them
+    (`for_request`)."""
 
-    draft_accept: float = 0.5
-    lookup_first: float = 0.5
+    draft_calibration: list[float] = field(default_factory=lambda: list(Q_MIDS))
+    lookup_first: float = 0.45
     lookup_next: float = 0.8
-    strength: float = 4.0
+    strength: float = 8.0
+    drafter_rate: float = 0.5
+    reference_draft: float | None = None
+    reference_lookup: float | None = None
 
     def __post_init__(self) -> None:
-        for name in ("draft_accept", "lookup_first", "lookup_next"):
-            value = getattr(self, name)
-            if not 0.0 <= value <= 1.0:
-                raise ValueError(f"StepPrior.{name} is a probability, got {value}.")
+        if len(self.draft_calibration) != len(Q_MIDS):
+            raise ValueError(f"StepPrior.draft_calibration needs {len(Q_MIDS)} values (one per q bucket).")
+        rates = [*self.draft_calibration, self.lookup_first, self.lookup_next, self.drafter_rate]
+        rates += [r for r in (self.reference_draft, self.reference_lookup) if r is not None]
+        if not all(0.0 <= r <= 1.0 for r in rates):
+            raise ValueError(f"StepPrior rates are probabilities, got {rates}.")
         if self.strength <= 0:
             raise ValueError(f"StepPrior.strength must be > 0, got {self.strength}.")
+
+    def for_request(self, draft_rate: float, lookup_rate: float) -> StepPrior:
+        """This prior shifted to one request whose head predicts per-token rates `draft_rate` / `lookup_rate`: each
+        chance's odds multiplied by the prediction's odds over the reference's (no shift without a reference)."""
+        draft = _odds_ratio(draft_rate, self.reference_draft)
+        lookup = _odds_ratio(lookup_rate, self.reference_lookup)
+        return replace(
+            self,
+            draft_calibration=[_shift(p, draft) for p in self.draft_calibration],
+            lookup_first=_shift(self.lookup_first, lookup),
+            lookup_next=_shift(self.lookup_next, lookup),
+            drafter_rate=_shift(self.drafter_rate, draft),
+        )
+
+
+def _odds_ratio(rate: float, reference: float | None) -> float:
+    if reference is None:
+        return 1.0
+    clip = lambda p: min(max(p, 0.01), 0.99)  # noqa: E731
+    return (clip(rate) / (1 - clip(rate))) / (clip(reference) / (1 - clip(reference)))
+
+
+def _shift(p: float, ratio: float) -> float:
+    """p with its odds multiplied by `ratio`."""
+    if ratio == 1.0 or p in (0.0, 1.0):
+        return p
+    odds = p / (1 - p) * ratio
+    return odds / (1 + odds)
 
 
 @dataclass
@@ -160,10 +199,10 @@ class StepPlanner:
         self.costs, self.prior, self.name = costs, prior or StepPrior(), name
         self.max_depth, self.max_nodes, self.max_lookup = max_depth, max_nodes, max_lookup
         p = self.prior
-        self.draft = [Beta.prior((q + p.draft_accept) / 2, p.strength) for q in Q_MIDS]
+        self.draft = [Beta.prior(m, p.strength) for m in p.draft_calibration]
         self.lookup = [Beta.prior(p.lookup_first, p.strength), Beta.prior(p.lookup_next, p.strength)]
         # A drafter step's expected committed tokens and rows, before any is seen: a chain at the prior's rate.
-        self.drafter_tokens = sum(p.draft_accept**d for d in range(max_depth + 1))
+        self.drafter_tokens = sum(p.drafter_rate**d for d in range(max_depth + 1))
         self.drafter_rows = float(max_depth + 1)
         self.steps_without_drafter = 0
         self.seconds = 0.0  # time spent deciding and learning (the decision overhead), drafter passes excluded

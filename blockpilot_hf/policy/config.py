@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from ..constants import DECISIONS
-from ..decoding.planner import StepCosts, interpolate
+from ..decoding.planner import StepCosts, StepPrior, interpolate
 from ..decoding.shape import DraftShape
 from ..jsonfile import from_dict, load_json, save_json
 
@@ -228,6 +228,10 @@ class BlockPolicyConfig:
     cost: CostModel | None = field(default=None, metadata={"help": "cost model used when no calibration is cached"})
     results: list[MeasuredResult] = field(default_factory=list, metadata={"help": "held-out measurements for the card"})
     name: str = field(default="blockpilot-policy", metadata={"help": "short name shown in stats and cards"})
+    step_priors: list[StepPrior] = field(
+        default_factory=list,
+        metadata={"help": "per-step choice's prior at each temperature (`fit-step-prior`); empty = the default prior"},
+    )
     decision: str = field(
         default="per-step",
         metadata={
@@ -242,6 +246,7 @@ class BlockPolicyConfig:
         if isinstance(self.cost, dict):
             self.cost = from_dict(CostModel, self.cost)
         self.results = [from_dict(MeasuredResult, r) if isinstance(r, dict) else r for r in self.results]
+        self.step_priors = [from_dict(StepPrior, p) if isinstance(p, dict) else p for p in self.step_priors]
         self.candidate_sizes = sorted({int(b) for b in self.candidate_sizes})
         if len(self.candidate_sizes) < 2 or self.candidate_sizes[0] < 1:
             raise ValueError(f"candidate_sizes must hold at least two sizes >= 1, got {self.candidate_sizes}.")
@@ -254,6 +259,11 @@ class BlockPolicyConfig:
                 "'1+lookup10'); plain block sizes belong in candidate_sizes."
             )
         self.candidate_shapes = [str(s) for s in sorted(shapes)]
+        if self.step_priors and len(self.step_priors) != len(self.temperatures):
+            raise ValueError(
+                f"step_priors has {len(self.step_priors)} entries for {len(self.temperatures)} temperatures: one each "
+                "(rerun `blockpilot fit-step-prior`)."
+            )
         if self.decision not in DECISIONS:
             raise ValueError(f"decision must be one of {DECISIONS}, got {self.decision!r}.")
         if self.choice not in CHOICE_RULES:

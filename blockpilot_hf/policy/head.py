@@ -28,6 +28,7 @@ from torch import nn
 
 from ..constants import CARD_NAME, POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME
 from ..decoding.engine import Prefill
+from ..decoding.planner import StepPrior
 from ..decoding.shape import DraftShape
 from ..validation import check_policy_compatible
 from .config import BlockPolicyConfig, CostModel
@@ -170,6 +171,11 @@ class BlockPolicy(nn.Module):
         totals = [sum(t[i] for t in taus) for i in usable]
         tokens = [self.config.candidates[i].block_size * batch for i in usable]  # verified by one batched step
         return choose_size(totals, tokens, rule, cost) // batch
+
+    def step_prior(self, temperature: float = 0.0) -> StepPrior:
+        """Per-step choice's prior for the head nearest `temperature`: fitted (`fit-step-prior`) or the default."""
+        priors = self.config.step_priors
+        return priors[self.head_index(temperature)] if priors else StepPrior()
 
     def with_decision(self, decision: str) -> BlockPolicy:
         """This policy (the same weights) deciding `decision`: "per-step" or "per-request" (see the config)."""

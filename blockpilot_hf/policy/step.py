@@ -3,9 +3,10 @@
     out = target.generate(**inputs, assistant_model=drafter, block_policy="per-step")   # no head: neutral prior
     out = target.generate(**inputs, assistant_model=drafter, block_policy=policy)       # the head sets the prior
 
-The head reads the prefill once and predicts each candidate shape's acceptance length; the prior a request starts
-from is what those predictions imply per token (`prior_from_taus`). The planner then chooses every step from the
-copy on offer, the drafter's confidence and this device's costs, and learns from what the target accepts.
+The head reads the prefill once and predicts each candidate shape's acceptance length; what those predictions imply
+per token (`implied_rates`), against the head's average prediction, shifts the policy's fitted prior (`StepPrior`,
+measured by `blockpilot fit-step-prior`) for this request. The planner then chooses every step from the copy on
+offer, the drafter's confidence and this device's costs, and learns from what the target accepts.
 """
 
 from __future__ import annotations
@@ -31,23 +32,21 @@ def geometric_rate(tau: float, terms: int) -> float:
     return (low + high) / 2
 
 
-def prior_from_taus(taus: list[float], candidates: list[DraftShape]) -> StepPrior:
-    """A request's `StepPrior` from a head's predicted tau per candidate: the drafter's rate from its longest
-    chain, the copy's from its longest lookup-only shape. A lookup shape's tau averages in steps that found no
-    copy, so its rate is a floor for the first copied token; once a copy is on track it tends to stay (the next
-    tokens' prior is the square root of the first's)."""
+def implied_rates(taus: list[float], candidates: list[DraftShape]) -> tuple[float, float]:
+    """(drafter, copy) per-token rates a head's predicted taus imply: from its longest chain, and from its longest
+    lookup-only shape (0.5 for a kind it has no candidate of). A lookup shape's tau averages in steps that found no
+    copy, so its rate is a floor; it serves as a relative signal (`StepPrior.for_request`), not an absolute one."""
     by_shape = dict(zip(candidates, taus, strict=True))
     chains = [c for c in candidates if c.is_chain and c.block_size > 1]
     lookups = [c for c in candidates if c.lookup_tokens and c.block_size == 1 and not c.tree_budget]
-    prior = StepPrior()
+    draft = lookup = 0.5
     if chains:
         longest = max(chains, key=lambda c: c.block_size)
-        prior.draft_accept = geometric_rate(by_shape[longest], longest.block_size)
+        draft = geometric_rate(by_shape[longest], longest.block_size)
     if lookups:
         longest = max(lookups, key=lambda c: c.lookup_tokens)
-        rate = geometric_rate(by_shape[longest], longest.lookup_tokens + 1)
-        prior.lookup_first, prior.lookup_next = rate, rate**0.5
-    return prior
+        lookup = geometric_rate(by_shape[longest], longest.lookup_tokens + 1)
+    return draft, lookup
 
 
 @dataclass
@@ -63,10 +62,13 @@ class PerStepPolicy:
     name: str = "per-step"
 
     def prior(self, prefill: Prefill) -> StepPrior:
+        """The head's fitted prior for the request's temperature, shifted by what it predicts for this prefill;
+        the default prior without a head."""
         if self.head is None:
             return StepPrior()
+        base = self.head.step_prior(self.temperature)
         taus = self.head.predict_tau(prefill, self.temperature)
-        return prior_from_taus(taus, self.head.config.candidates)
+        return base.for_request(*implied_rates(taus, self.head.config.candidates))
 
     def __call__(self, prefill: Prefill) -> StepPlanner:
         return StepPlanner(self.costs, self.prior(prefill), max_depth=self.max_depth, name=self.name)

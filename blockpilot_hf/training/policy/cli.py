@@ -1,10 +1,12 @@
-"""The policy commands of `blockpilot`: collect, train-policy, evaluate-policy, calibrate, make-policy.
+"""The policy commands of `blockpilot`: collect, train-policy, evaluate-policy, calibrate, fit-step-prior,
+make-policy.
 
     blockpilot collect --drafter embedded --prompts gsm8k:policy,humaneval:policy --out runs/collect
     blockpilot train-policy runs/collect --out policies/my-policy
     blockpilot train-policy runs/collect,runs/collect-t1 --out policies/my-policy  # greedy and T=1 heads
     blockpilot evaluate-policy policies/my-policy runs/collect-heldout --plots runs/plots
     blockpilot calibrate --target smollm2 --drafter embedded
+    blockpilot fit-step-prior policies/my-policy --target smollm2 --drafter embedded
     blockpilot make-policy --target Qwen/Qwen3-4B --drafter z-lab/Qwen3-4B-DFlash-b16 --out policies/qwen3-4b
 
 Options come from the config dataclasses in `config.py`; torch loads only once a command runs.
@@ -23,6 +25,7 @@ from .config import (
     CollectJob,
     EvaluatePolicyConfig,
     FitConfig,
+    FitStepPriorConfig,
     MakePolicyJob,
     TrainPolicyJob,
 )
@@ -146,6 +149,28 @@ def run_calibrate(config: CalibrateConfig) -> None:
     print(f"cached at {calibration_path(target, drafter)} (train-policy --cost-from takes this file)")
 
 
+def run_fit_step_prior(config: FitStepPriorConfig) -> None:
+    drafter_dir = drafter_folder(config.drafter)
+    import torch
+
+    from ...policy import BlockPolicy
+    from ...policy.resolve import step_costs_for
+    from .collect import items_from_prompts
+    from .step_prior import fit_step_prior, write_step_priors
+
+    policy = checked("policy_dir", BlockPolicy.from_pretrained, config.policy_dir)
+    target, tokenizer, drafter = _load_pair(config.target, drafter_dir, config.dtype)
+    prompts = [torch.tensor([item.input_ids]) for item in items_from_prompts(tokenizer, config.prompts, config.limit)]
+    costs = step_costs_for(target, drafter, policy.config.cost)
+    priors = [
+        fit_step_prior(target, drafter, policy, prompts, t, costs, max_new_tokens=config.max_new_tokens)
+        for t in policy.config.temperatures
+    ]
+    write_step_priors(policy, Path(config.policy_dir), priors)
+    print(json.dumps([dataclasses.asdict(p) for p in priors], indent=2))
+    print(f"wrote step_priors into {Path(config.policy_dir) / 'config.json'}")
+
+
 COMMANDS = (
     Command(
         "make-policy",
@@ -172,6 +197,13 @@ COMMANDS = (
         run_evaluate,
         (EvaluatePolicyConfig,),
         positional=("policy_dir", "collect_dir"),
+    ),
+    Command(
+        "fit-step-prior",
+        "measure a policy's per-step prior (acceptance by drafter confidence, of copies) on its prompts",
+        run_fit_step_prior,
+        (FitStepPriorConfig,),
+        positional=("policy_dir",),
     ),
     Command(
         "calibrate",

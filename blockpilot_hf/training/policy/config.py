@@ -263,3 +263,23 @@ class CalibrateConfig:
     @property
     def candidates(self) -> list[DraftShape]:
         return [DraftShape(b) for b in self.block_sizes] + [DraftShape.parse(s) for s in self.shapes]
+
+
+@dataclass(kw_only=True)
+class FitStepPriorConfig:
+    """What `blockpilot fit-step-prior` measures: per-step choice's prior for each head of a policy folder."""
+
+    policy_dir: str = field(metadata={"help": "policy folder to fit (its config.json gets the priors)"})
+    target: str = field(default="smollm2", metadata={"help": TARGET_HELP})
+    drafter: str = field(default=EMBEDDED, metadata={"help": DRAFTER_HELP})
+    prompts: str = field(
+        default="gsm8k:policy,humaneval:policy,mt-bench:policy",
+        metadata={"help": "source:split list to decode (never evaluation prompts)"},
+    )
+    limit: int = field(default=8, metadata={"help": "prompts per source"})
+    max_new_tokens: int = field(default=128, metadata={"help": "tokens generated per prompt"})
+    dtype: str = field(default="float32", metadata={"help": "model dtype (float32, bfloat16, float16)"})
+
+    def __post_init__(self) -> None:
+        check_choice("--dtype", self.dtype, DTYPES)
+        check_prompts(self.prompts, self.limit)
