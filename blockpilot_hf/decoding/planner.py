@@ -85,7 +85,8 @@ class StepPrior:
     `draft_calibration`: per q bucket (`Q_MIDS`), the chance a drafted token is accepted once its parent is (a
     drafter whose confidence is honest has the bucket's q; `blockpilot fit-step-prior` measures it per temperature).
     `lookup_first` / `lookup_next`: the chance of the first copied token, and of each next one once the earlier
-    ones were accepted. `strength`: how many observations each prior mean is worth against the request's own.
+    ones were accepted; `lookup_on_track`: the first copied token's chance when the target followed the copy on
+    offer through the whole step before (a copy in progress, such as an answer restating its prompt). `strength`: how many observations each prior mean is worth against the request's own.
     `drafter_rate`: the per-token rate of a drafter chain, which decides whether to run the drafter before any
     drafter step is seen. `reference_draft` / `reference_lookup`: the per-token rates a BlockPilot head predicted on
     average over the prompts these chances were measured on; a request's own prediction shifts them
@@ -94,6 +95,7 @@ class StepPrior:
     draft_calibration: list[float] = field(default_factory=lambda: list(Q_MIDS))
     lookup_first: float = 0.45
     lookup_next: float = 0.8
+    lookup_on_track: float = 0.8
     strength: float = 8.0
     drafter_rate: float = 0.5
     reference_draft: float | None = None
@@ -102,7 +104,7 @@ class StepPrior:
     def __post_init__(self) -> None:
         if len(self.draft_calibration) != len(Q_MIDS):
             raise ValueError(f"StepPrior.draft_calibration needs {len(Q_MIDS)} values (one per q bucket).")
-        rates = [*self.draft_calibration, self.lookup_first, self.lookup_next, self.drafter_rate]
+        rates = [*self.draft_calibration, self.lookup_first, self.lookup_next, self.lookup_on_track, self.drafter_rate]
         rates += [r for r in (self.reference_draft, self.reference_lookup) if r is not None]
         if not all(0.0 <= r <= 1.0 for r in rates):
             raise ValueError(f"StepPrior rates are probabilities, got {rates}.")
@@ -119,6 +121,7 @@ class StepPrior:
             draft_calibration=[_shift(p, draft) for p in self.draft_calibration],
             lookup_first=_shift(self.lookup_first, lookup),
             lookup_next=_shift(self.lookup_next, lookup),
+            lookup_on_track=_shift(self.lookup_on_track, lookup),
             drafter_rate=_shift(self.drafter_rate, draft),
         )
 
@@ -200,7 +203,9 @@ class StepPlanner:
         self.max_depth, self.max_nodes, self.max_lookup = max_depth, max_nodes, max_lookup
         p = self.prior
         self.draft = [Beta.prior(m, p.strength) for m in p.draft_calibration]
-        self.lookup = [Beta.prior(p.lookup_first, p.strength), Beta.prior(p.lookup_next, p.strength)]
+        # The copy's chances: its first token fresh, its first token while a copy is on track, each next token.
+        self.lookup = [Beta.prior(m, p.strength) for m in (p.lookup_first, p.lookup_on_track, p.lookup_next)]
+        self.on_track = False  # the target followed the copy on offer through the last step
         # A drafter step's expected committed tokens and rows, before any is seen: a chain at the prior's rate.
         self.drafter_tokens = sum(p.drafter_rate**d for d in range(max_depth + 1))
         self.drafter_rows = float(max_depth + 1)
@@ -218,7 +223,7 @@ class StepPlanner:
 
     def copy_chances(self, n: int) -> list[float]:
         """(n,) chance that each of the first n copied tokens is accepted (all before it accepted too)."""
-        first, later = self.lookup[0].mean, self.lookup[1].mean
+        first, later = self.lookup[1 if self.on_track else 0].mean, self.lookup[2].mean
         return [first * later**j for j in range(n)]
 
     # ---- the decision -------------------------------------------------------------------------------------------
@@ -287,10 +292,13 @@ class StepPlanner:
             self._observe(plan, committed)
 
     def _observe(self, plan: StepPlan, committed: list[int]) -> None:
+        first = self.lookup[1 if self.on_track else 0]
         for j, token in enumerate(plan.copied[: len(committed)]):
-            self.lookup[min(j, 1)].observe(token == committed[j])
+            (first if j == 0 else self.lookup[2]).observe(token == committed[j])
             if token != committed[j]:
                 break
+        followed = min(len(plan.copied), len(committed))
+        self.on_track = followed > 0 and plan.copied[:followed] == committed[:followed]
         for depth, (row_probs, row_tokens) in enumerate(zip(plan.top_probs, plan.top_tokens, strict=True)):
             if depth >= len(committed):
                 break

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockpilot_hf.decoding import engine
-from blockpilot_hf.decoding.planner import Beta, StepCosts, StepPlanner, StepPrior, interpolate
+from blockpilot_hf.decoding.planner import Q_MIDS, Beta, StepCosts, StepPlanner, StepPrior, interpolate
 from blockpilot_hf.testing_utils import (
     LAW_ALPHA,
     LAW_GENERATED,
@@ -75,7 +75,7 @@ def test_per_step_choice_matches_plain_greedy(
         reference = plain_greedy(target, prompt, max_new_tokens)[0, prompt.shape[1] :]
         kwargs["eos_token_id"] = int(reference[min(eos_offset, len(reference) - 1)])
     expected = plain_greedy(target, prompt, max_new_tokens, **kwargs)
-    prior = StepPrior(draft_accept=accept, lookup_first=lookup_first)
+    prior = StepPrior(draft_calibration=[min(q * accept * 2, 1.0) for q in Q_MIDS], lookup_first=lookup_first)
     out = target.generate(
         input_ids=prompt,
         max_new_tokens=max_new_tokens,
@@ -197,10 +197,10 @@ def test_cheap_rows_buy_wide_trees_and_dear_rows_buy_small_steps():
 
 
 def test_the_drafter_is_skipped_when_it_cannot_pay_for_itself():
-    pessimist = StepPrior(draft_accept=0.05, lookup_first=0.9, lookup_next=0.95)
+    pessimist = StepPrior(drafter_rate=0.05, lookup_first=0.9, lookup_next=0.95)
     planner = StepPlanner(STEEP, pessimist, max_depth=7)
     assert not planner.wants_drafter([])  # plain decoding beats paying for a pass that drafts nothing
-    assert StepPlanner(FLAT, StepPrior(draft_accept=0.8), max_depth=7).wants_drafter([])
+    assert StepPlanner(FLAT, StepPrior(drafter_rate=0.8), max_depth=7).wants_drafter([])
 
 
 def test_copies_are_verified_as_far_as_they_pay_and_learnt_from():
@@ -215,6 +215,16 @@ def test_copies_are_verified_as_far_as_they_pay_and_learnt_from():
     for _ in range(30):
         dear.observe(plan, [99])
     assert dear.plan(list(range(20)), None).tree.tokens == []  # copies stopped paying: plain decoding
+
+
+def test_a_copy_the_target_follows_is_on_track_and_trusted_more():
+    planner = StepPlanner(FLAT, StepPrior(lookup_first=0.2, lookup_on_track=0.9), max_depth=7, max_lookup=6)
+    fresh = planner.copy_chances(1)[0]
+    plan = planner.plan([5, 6, 7], None)
+    planner.observe(plan, [5, 6, 7, 8])  # the target followed the whole copy
+    assert planner.on_track and planner.copy_chances(1)[0] > fresh
+    planner.observe(planner.plan([1, 2], None), [1, 9])  # ... and then left it
+    assert not planner.on_track
 
 
 def test_observing_accepted_drafts_raises_their_bucket_and_rejections_lower_it():
@@ -236,8 +246,10 @@ def test_cost_ladders_interpolate_and_refuse_bad_input():
         StepCosts((2, 4), (1.0, 2.0), 0.1)
     with pytest.raises(ValueError, match="positive"):
         StepCosts((1, 4), (0.0, 2.0), 0.1)
-    with pytest.raises(ValueError, match="probability"):
-        StepPrior(draft_accept=1.5)
+    with pytest.raises(ValueError, match="probabilities"):
+        StepPrior(lookup_next=1.5)
+    with pytest.raises(ValueError, match="one per q bucket"):
+        StepPrior(draft_calibration=[0.5])
     with pytest.raises(ValueError, match="max_depth"):
         StepPlanner(FLAT, max_depth=0)
     assert Beta.prior(1.0, 4).mean < 1  # a certain prior still learns

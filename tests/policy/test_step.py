@@ -15,7 +15,7 @@ from blockpilot_hf.jsonfile import save_json
 from blockpilot_hf.policy.config import BlockPolicyConfig, CostModel
 from blockpilot_hf.policy.cost import calibration_path
 from blockpilot_hf.policy.resolve import GENERIC_STEP_COSTS, CalibratedPolicy, resolve_block_policy
-from blockpilot_hf.policy.step import PerStepPolicy, geometric_rate, prior_from_taus
+from blockpilot_hf.policy.step import PerStepPolicy, geometric_rate, implied_rates
 from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, tiny_pair
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
@@ -28,13 +28,23 @@ def test_geometric_rate_inverts_a_chains_acceptance_length():
     assert sum(rate**j for j in range(8)) == pytest.approx(2.5)
 
 
-def test_prior_comes_from_the_longest_chain_and_lookup_predictions():
+def test_rates_come_from_the_longest_chain_and_lookup_predictions():
     candidates = [DraftShape(1), DraftShape(4), DraftShape(8), DraftShape.parse("1+lookup7")]
-    prior = prior_from_taus([1.0, 2.0, 3.0, 1.5], candidates)
-    assert sum(prior.draft_accept**j for j in range(8)) == pytest.approx(3.0)
-    assert sum(prior.lookup_first**j for j in range(8)) == pytest.approx(1.5)
-    assert prior.lookup_next > prior.lookup_first
-    assert prior_from_taus([1.0, 2.0], [DraftShape(1), DraftShape(2)]).lookup_first == StepPrior().lookup_first
+    draft, lookup = implied_rates([1.0, 2.0, 3.0, 1.5], candidates)
+    assert sum(draft**j for j in range(8)) == pytest.approx(3.0)
+    assert sum(lookup**j for j in range(8)) == pytest.approx(1.5)
+    assert implied_rates([1.0, 2.0], [DraftShape(1), DraftShape(2)])[1] == 0.5  # no lookup candidate: neutral
+
+
+def test_a_requests_prediction_shifts_the_fitted_prior_by_its_odds():
+    fitted = StepPrior(reference_draft=0.5, reference_lookup=0.4)
+    assert fitted.for_request(0.5, 0.4) == fitted  # an average request keeps the fitted prior
+    better = fitted.for_request(0.8, 0.4)
+    assert all(b > a for a, b in zip(fitted.draft_calibration, better.draft_calibration, strict=True))
+    assert better.lookup_first == fitted.lookup_first and better.drafter_rate > fitted.drafter_rate
+    odds = lambda p: p / (1 - p)  # noqa: E731
+    assert odds(better.draft_calibration[3]) / odds(fitted.draft_calibration[3]) == pytest.approx(4.0)
+    assert StepPrior().for_request(0.9, 0.9) == StepPrior()  # no reference: nothing to compare with
 
 
 def test_step_costs_from_a_calibration_and_from_step_ladders():
@@ -112,7 +122,7 @@ def test_the_heads_prediction_primes_each_requests_planner(task):
     prefill = _prefill(target, drafter, ids)
     planner = chooser(prefill)
     assert isinstance(planner, StepPlanner) and planner.max_depth == drafter.config.block_size - 1
-    expected = prior_from_taus(policy.predict_tau(prefill), policy.config.candidates)
+    expected = policy.step_prior(0.0).for_request(*implied_rates(policy.predict_tau(prefill), policy.config.candidates))
     assert planner.prior == expected
 
 

@@ -30,12 +30,14 @@ class Tally:
     """Observations pooled over requests: accepted and tried, per drafter q bucket and for copied tokens."""
 
     draft: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0] for _ in Q_MIDS])
-    lookup: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0], [0.0, 0.0]])
+    lookup: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0] for _ in range(3)])  # first, on track, next
 
     def add(self, planner: StepPlanner, prior: StepPrior) -> None:
         """What one request's planner observed: its posteriors less the prior it started from."""
         starts = [Beta.prior(m, prior.strength) for m in prior.draft_calibration]
-        starts += [Beta.prior(prior.lookup_first, prior.strength), Beta.prior(prior.lookup_next, prior.strength)]
+        starts += [
+            Beta.prior(m, prior.strength) for m in (prior.lookup_first, prior.lookup_on_track, prior.lookup_next)
+        ]
         pairs = zip([*self.draft, *self.lookup], [*planner.draft, *planner.lookup], starts, strict=True)
         for count, beta, start in pairs:
             count[0] += beta.accepted - start.accepted
@@ -84,7 +86,8 @@ def fit_step_prior(target, drafter, policy, prompts: list[torch.Tensor], tempera
         start,
         draft_calibration=[tally.rate(c, q) for c, q in zip(tally.draft, Q_MIDS, strict=True)],
         lookup_first=tally.rate(tally.lookup[0], start.lookup_first),
-        lookup_next=tally.rate(tally.lookup[1], start.lookup_next),
+        lookup_on_track=tally.rate(tally.lookup[1], start.lookup_on_track),
+        lookup_next=tally.rate(tally.lookup[2], start.lookup_next),
         drafter_rate=draft_reference,
         reference_draft=draft_reference,
         reference_lookup=statistics.fmean(r[1] for r in recorder.rates),
