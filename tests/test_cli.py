@@ -24,6 +24,7 @@ NAMES = [
     "collect",
     "train-policy",
     "evaluate-policy",
+    "fit-step-prior",
     "calibrate",
     "regenerate",
     "self-instruct",
