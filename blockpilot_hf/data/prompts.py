@@ -14,6 +14,7 @@ import json
 import random
 import re
 import sysconfig
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -269,6 +270,13 @@ def turn_id(prompt_id: str, turn: int) -> str:
     """The id of turn `turn` (1-based) of a multi-turn prompt: the prompt's own id for the first, a `/turn<t>` suffix
     from the second on (collect records and regenerated answers name later turns so)."""
     return prompt_id if turn == 1 else f"{prompt_id}/turn{turn}"
+
+
+def is_heldout(item_id: str, fraction: float) -> bool:
+    """Whether `item_id` falls in the held-out share `fraction` (to the percent), by a hash of the chat it belongs
+    to: every turn of one chat lands on the same side (a second turn holds the first in context: training on one
+    and scoring the other leaks), and the same item always lands on the same side."""
+    return zlib.crc32(chat_id(item_id).encode()) % 100 < round(fraction * 100)
 
 
 def chat_id(item_id: str) -> str:

@@ -23,7 +23,7 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
-from .lookup import lookup_draft
+from .lookup import Copy, find_copy, lookup_draft
 from .planner import StepPlan, StepPlanner
 from .row_attention import with_row_attention
 from .shape import DraftShape
@@ -305,11 +305,11 @@ def _fixed_step(
 
 def _plan_step(planner: StepPlanner, text: torch.Tensor, room: int, run_drafter) -> _Draft:
     """One step the planner chooses: the copy on offer, a drafter pass if it pays, then the nodes to verify."""
-    copied = lookup_draft(text, min(planner.max_lookup, room - 1)) if planner.max_lookup and room > 1 else []
+    copy = find_copy(text, min(planner.max_lookup, room - 1)) if planner.max_lookup and room > 1 else Copy()
     draft_logits = None
-    if room > 1 and planner.wants_drafter(copied):
+    if room > 1 and planner.wants_drafter(copy, len(text)):
         draft_logits = run_drafter(min(planner.max_depth + 1, room))
-    plan = planner.plan(copied, draft_logits)
+    plan = planner.plan(copy, draft_logits, len(text))
     source = "drafter" if plan.ran_drafter else ("lookup" if len(plan.tree) else "target")
     if plan.is_chain:  # verified as a chain: no tree mask
         return _Draft(plan.tree.tokens, source, lookup_nodes=plan.lookup_nodes, plan=plan)

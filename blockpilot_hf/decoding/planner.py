@@ -9,8 +9,8 @@ node and verifies the set S that maximises
 P(v) is the product, along v's path, of each node's chance of being accepted once its parent is. Those chances
 are learnt per request, starting from a prior (`StepPrior`, which a BlockPilot head shifts from the prefill):
 a drafted node's by the drafter's own probability q of its token, mapped through Beta posteriors per q bucket (a
-calibration of the drafter's confidence); a copied node's by two Beta posteriors (the first copied token, each
-further one). Every verified step updates them with what the target chose, including what it would have done
+calibration of the drafter's confidence); a copied node's by Beta posteriors of its first token (by the order of
+the n-gram match it came from, or a copy the target has been following) and of each further one. Every verified step updates them with what the target chose, including what it would have done
 with candidates left unverified (the committed tokens tell).
 
 Whether to run the drafter is decided before it runs: the best copy on offer (or plain decoding) against the
@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from .lookup import Copy
 from .tree import DraftTree, add_branch, grow_tree, top_candidates
 
 # Upper edges of the buckets of the drafter's probability q (the last bucket runs to 1).
@@ -37,6 +38,7 @@ Q_MIDS = (0.025, 0.1, 0.225, 0.4, 0.6, 0.775, 0.9, 0.975)
 PROBE_EVERY = 8  # run the drafter at least every this many steps, so its estimate follows the request
 PLAN_TOP_K = 4  # drafter candidates per position a planned tree may branch into (and that it learns from)
 RATE_MEMORY = 0.7  # weight of the past in the running estimate of a drafter step's tokens and rows
+COPY_ORDERS = 3  # a fresh copy's first-token chance is learnt per n-gram match order 1, 2, 3 (and longer)
 
 
 def interpolate(points: list[int], seconds: list[float], x: int) -> float:
@@ -56,26 +58,46 @@ def interpolate(points: list[int], seconds: list[float], x: int) -> float:
 
 @dataclass(frozen=True)
 class StepCosts:
-    """What a step's parts cost on one device and dtype: a target pass verifying n rows (a measured ladder,
-    interpolated between its points) and one drafter pass."""
+    """What a step's parts cost on one device and dtype: a target pass verifying n rows after some cached tokens
+    (a ladder measured at `verify_context` cached tokens, interpolated between its points) and one drafter pass.
+
+    Each verified row attends to every cached token, so rows cost more in a long text (on a CPU, a row at 768
+    tokens costs about twice one at 128): with `long_seconds`, the same ladder measured at `long_context`, a pass
+    is priced linearly in the context between and beyond the two (never below the first ladder)."""
 
     verify_rows: tuple[int, ...]
     verify_seconds: tuple[float, ...]
     draft_seconds: float
+    verify_context: int = 0
+    long_context: int = 0
+    long_seconds: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.verify_rows or len(self.verify_rows) != len(self.verify_seconds) or self.verify_rows[0] != 1:
             raise ValueError(f"StepCosts needs a verify ladder starting at 1 row, got {self.verify_rows}.")
         if min(self.verify_seconds) <= 0 or self.draft_seconds < 0:
             raise ValueError("StepCosts seconds must be positive (the drafter pass may be free: 0).")
+        if self.long_seconds and (
+            len(self.long_seconds) != len(self.verify_rows) or self.long_context <= self.verify_context
+        ):
+            raise ValueError(
+                "StepCosts.long_seconds needs one value per verified row count, measured at a longer context "
+                f"(long_context {self.long_context} > verify_context {self.verify_context})."
+            )
 
     @property
     def max_rows(self) -> int:
         """The most rows a step may verify: the ladder's last point (costs beyond it are not known)."""
         return self.verify_rows[-1]
 
-    def verify(self, rows: int) -> float:
-        return interpolate(list(self.verify_rows), list(self.verify_seconds), rows)
+    def verify(self, rows: int, context: int = 0) -> float:
+        """Seconds of a target pass verifying `rows` rows after `context` cached tokens."""
+        short = interpolate(list(self.verify_rows), list(self.verify_seconds), rows)
+        if not self.long_seconds or context <= self.verify_context:
+            return short
+        long = interpolate(list(self.verify_rows), list(self.long_seconds), rows)
+        share = (context - self.verify_context) / (self.long_context - self.verify_context)
+        return max(short + share * (long - short), short)
 
 
 @dataclass
@@ -84,16 +106,18 @@ class StepPrior:
 
     `draft_calibration`: per q bucket (`Q_MIDS`), the chance a drafted token is accepted once its parent is (a
     drafter whose confidence is honest has the bucket's q; `blockpilot fit-step-prior` measures it per temperature).
-    `lookup_first` / `lookup_next`: the chance of the first copied token, and of each next one once the earlier
-    ones were accepted; `lookup_on_track`: the first copied token's chance when the target followed the copy on
-    offer through the whole step before (a copy in progress, such as an answer restating its prompt). `strength`: how many observations each prior mean is worth against the request's own.
+    `lookup_first`: per n-gram match order (1, 2, 3+), the chance of a fresh copy's first token; `lookup_on_track`:
+    the first copied token's chance when the target followed the copy on offer through the whole step before (a
+    copy in progress, such as an answer restating its prompt); `lookup_next`: each next copied token's chance once
+    the earlier ones were accepted. `strength`: how many observations each prior mean is worth against the
+    request's own.
     `drafter_rate`: the per-token rate of a drafter chain, which decides whether to run the drafter before any
     drafter step is seen. `reference_draft` / `reference_lookup`: the per-token rates a BlockPilot head predicted on
     average over the prompts these chances were measured on; a request's own prediction shifts them
     (`for_request`)."""
 
     draft_calibration: list[float] = field(default_factory=lambda: list(Q_MIDS))
-    lookup_first: float = 0.45
+    lookup_first: list[float] = field(default_factory=lambda: [0.25, 0.5, 0.7])
     lookup_next: float = 0.8
     lookup_on_track: float = 0.8
     strength: float = 8.0
@@ -104,7 +128,9 @@ class StepPrior:
     def __post_init__(self) -> None:
         if len(self.draft_calibration) != len(Q_MIDS):
             raise ValueError(f"StepPrior.draft_calibration needs {len(Q_MIDS)} values (one per q bucket).")
-        rates = [*self.draft_calibration, self.lookup_first, self.lookup_next, self.lookup_on_track, self.drafter_rate]
+        if len(self.lookup_first) != COPY_ORDERS:
+            raise ValueError(f"StepPrior.lookup_first needs {COPY_ORDERS} values (n-gram match orders 1, 2, 3+).")
+        rates = [*self.draft_calibration, *self.lookup_first, self.lookup_next, self.lookup_on_track, self.drafter_rate]
         rates += [r for r in (self.reference_draft, self.reference_lookup) if r is not None]
         if not all(0.0 <= r <= 1.0 for r in rates):
             raise ValueError(f"StepPrior rates are probabilities, got {rates}.")
@@ -119,7 +145,7 @@ class StepPrior:
         return replace(
             self,
             draft_calibration=[_shift(p, draft) for p in self.draft_calibration],
-            lookup_first=_shift(self.lookup_first, lookup),
+            lookup_first=[_shift(p, lookup) for p in self.lookup_first],
             lookup_next=_shift(self.lookup_next, lookup),
             lookup_on_track=_shift(self.lookup_on_track, lookup),
             drafter_rate=_shift(self.drafter_rate, draft),
@@ -172,7 +198,7 @@ class StepPlan:
     tree: DraftTree
     lookup_nodes: set[int]
     ran_drafter: bool
-    copied: list[int] = field(default_factory=list)  # the copy on offer (verified or not)
+    copy: Copy = field(default_factory=Copy)  # the copy on offer (verified or not)
     top_probs: list[list[float]] = field(default_factory=list)  # (D, K) drafter probabilities per position
     top_tokens: list[list[int]] = field(default_factory=list)  # (D, K) their tokens
 
@@ -203,13 +229,16 @@ class StepPlanner:
         self.max_depth, self.max_nodes, self.max_lookup = max_depth, max_nodes, max_lookup
         p = self.prior
         self.draft = [Beta.prior(m, p.strength) for m in p.draft_calibration]
-        # The copy's chances: its first token fresh, its first token while a copy is on track, each next token.
-        self.lookup = [Beta.prior(m, p.strength) for m in (p.lookup_first, p.lookup_on_track, p.lookup_next)]
+        # The copy's chances: its first token fresh (by match order), or while a copy is on track; each next token.
+        self.lookup_first = [Beta.prior(m, p.strength) for m in p.lookup_first]
+        self.lookup_on_track = Beta.prior(p.lookup_on_track, p.strength)
+        self.lookup_next = Beta.prior(p.lookup_next, p.strength)
         self.on_track = False  # the target followed the copy on offer through the last step
         # A drafter step's expected committed tokens and rows, before any is seen: a chain at the prior's rate.
         self.drafter_tokens = sum(p.drafter_rate**d for d in range(max_depth + 1))
         self.drafter_rows = float(max_depth + 1)
         self.steps_without_drafter = 0
+        self.context = 0  # tokens of text before the step being planned
         self.seconds = 0.0  # time spent deciding and learning (the decision overhead), drafter passes excluded
 
     # ---- acceptance chances ---------------------------------------------------------------------------------------
@@ -221,46 +250,55 @@ class StepPlanner:
             chances.append(low)
         return chances
 
-    def copy_chances(self, n: int) -> list[float]:
-        """(n,) chance that each of the first n copied tokens is accepted (all before it accepted too)."""
-        first, later = self.lookup[1 if self.on_track else 0].mean, self.lookup[2].mean
+    def first_copied(self, order: int) -> Beta:
+        """The posterior of a copy's first token: the on-track one while the target follows a copy, else the fresh
+        one of the match's n-gram order."""
+        return self.lookup_on_track if self.on_track else self.lookup_first[min(max(order, 1), COPY_ORDERS) - 1]
+
+    def copy_chances(self, n: int, order: int) -> list[float]:
+        """(n,) chance that each of the first n copied tokens of a match of `order` is accepted (all before it too)."""
+        first, later = self.first_copied(order).mean, self.lookup_next.mean
         return [first * later**j for j in range(n)]
 
     # ---- the decision -------------------------------------------------------------------------------------------
-    def best_copy(self, copied: list[int], extra_rows: int = 0, extra_tokens: float = 0.0, draft: float = 0.0):
+    def best_copy(self, copy: Copy, extra_rows: int = 0, extra_tokens: float = 0.0, draft: float = 0.0):
         """(tokens per second, length) of the best prefix of the copy verified after `extra_rows` other rows
         worth `extra_tokens` expected tokens (the anchor counts 1 of each)."""
-        verify = self.costs.verify
+        verify = self._verify
         tokens = 1.0 + extra_tokens
         best = (tokens / (draft + verify(1 + extra_rows)), 0)
-        room = min(len(copied), self.max_lookup, self.costs.max_rows - 1 - extra_rows)
-        for k, chance in enumerate(self.copy_chances(max(room, 0)), start=1):
+        room = min(len(copy.tokens), self.max_lookup, self.costs.max_rows - 1 - extra_rows)
+        for k, chance in enumerate(self.copy_chances(max(room, 0), copy.order), start=1):
             tokens += chance
             best = max(best, (tokens / (draft + verify(1 + extra_rows + k)), k))
         return best
 
-    def wants_drafter(self, copied: list[int]) -> bool:
+    def wants_drafter(self, copy: Copy, context: int) -> bool:
         """Whether this step should run the drafter: its expected rate (with the copy as one more branch) beats
-        the best copy alone (plain decoding when nothing is copied), or it has not run for `PROBE_EVERY` steps."""
+        the best copy alone (plain decoding when nothing is copied), or it has not run for `PROBE_EVERY` steps.
+        `context`: the tokens in the text so far (what each verified row attends to)."""
+        self.context = context
         with self._timed():
             if self.steps_without_drafter >= PROBE_EVERY:
                 return True
-            alone, _ = self.best_copy(copied)
+            alone, _ = self.best_copy(copy)
             extra = round(self.drafter_rows - 1)
-            together, _ = self.best_copy(copied, extra, self.drafter_tokens - 1, self.costs.draft_seconds)
+            together, _ = self.best_copy(copy, extra, self.drafter_tokens - 1, self.costs.draft_seconds)
             return together > alone
 
-    def plan(self, copied: list[int], draft_logits: torch.Tensor | None) -> StepPlan:
-        """The nodes to verify this step from the copy on offer (L,) and, when the drafter ran, its (D, V) logits."""
+    def plan(self, copy: Copy, draft_logits: torch.Tensor | None, context: int) -> StepPlan:
+        """The nodes to verify this step after `context` tokens of text, from the copy on offer and, when the
+        drafter ran, its (D, V) logits."""
+        self.context = context
         with self._timed():
-            return self._plan(copied, draft_logits)
+            return self._plan(copy, draft_logits)
 
-    def _plan(self, copied: list[int], draft_logits: torch.Tensor | None) -> StepPlan:
+    def _plan(self, copy: Copy, draft_logits: torch.Tensor | None) -> StepPlan:
         if draft_logits is None:
             self.steps_without_drafter += 1
-            _, k = self.best_copy(copied)
+            _, k = self.best_copy(copy)
             tree = DraftTree([], [], [])
-            return StepPlan(tree, add_branch(tree, copied[:k]), False, copied)
+            return StepPlan(tree, add_branch(tree, copy.tokens[:k]), False, copy)
         self.steps_without_drafter = 0
         probs, tokens = top_candidates(draft_logits, PLAN_TOP_K)
         chances = self.draft_chances()
@@ -268,7 +306,7 @@ class StepPlanner:
         budget = min(self.max_nodes, self.costs.max_rows - 1)
         full = grow_tree(values, tokens, budget)  # best first: every prefix is a tree
         path = _path_chances(full, values, tokens)
-        draft, verify = self.costs.draft_seconds, self.costs.verify
+        draft, verify = self.costs.draft_seconds, self._verify
         tokens_so_far, best_rate, best_n = 1.0, 1.0 / (draft + verify(1)), 0
         for n, chance in enumerate(path, start=1):
             tokens_so_far += chance
@@ -277,12 +315,12 @@ class StepPlanner:
                 best_rate, best_n = rate, n
         tree = DraftTree(full.tokens[:best_n], full.parents[:best_n], full.depths[:best_n])
         expected = 1.0 + sum(path[:best_n])
-        _, k = self.best_copy(copied, best_n, expected - 1, draft)
-        lookup_nodes = add_branch(tree, copied[:k])
+        _, k = self.best_copy(copy, best_n, expected - 1, draft)
+        lookup_nodes = add_branch(tree, copy.tokens[:k])
         m = RATE_MEMORY
         self.drafter_tokens = m * self.drafter_tokens + (1 - m) * expected
         self.drafter_rows = m * self.drafter_rows + (1 - m) * (best_n + 1)
-        return StepPlan(tree, lookup_nodes, True, copied, probs, tokens)
+        return StepPlan(tree, lookup_nodes, True, copy, probs, tokens)
 
     # ---- learning -------------------------------------------------------------------------------------------------
     def observe(self, plan: StepPlan, committed: list[int]) -> None:
@@ -292,13 +330,13 @@ class StepPlanner:
             self._observe(plan, committed)
 
     def _observe(self, plan: StepPlan, committed: list[int]) -> None:
-        first = self.lookup[1 if self.on_track else 0]
-        for j, token in enumerate(plan.copied[: len(committed)]):
-            (first if j == 0 else self.lookup[2]).observe(token == committed[j])
+        copied, first = plan.copy.tokens, self.first_copied(plan.copy.order)
+        for j, token in enumerate(copied[: len(committed)]):
+            (first if j == 0 else self.lookup_next).observe(token == committed[j])
             if token != committed[j]:
                 break
-        followed = min(len(plan.copied), len(committed))
-        self.on_track = followed > 0 and plan.copied[:followed] == committed[:followed]
+        followed = min(len(copied), len(committed))
+        self.on_track = followed > 0 and copied[:followed] == committed[:followed]
         for depth, (row_probs, row_tokens) in enumerate(zip(plan.top_probs, plan.top_tokens, strict=True)):
             if depth >= len(committed):
                 break
@@ -306,6 +344,9 @@ class StepPlanner:
                 self.draft[_bucket(q)].observe(token == committed[depth])
             if committed[depth] not in row_tokens:  # the target left every drafted path: nothing deeper to learn
                 break
+
+    def _verify(self, rows: int) -> float:
+        return self.costs.verify(rows, self.context)
 
     @contextlib.contextmanager
     def _timed(self):

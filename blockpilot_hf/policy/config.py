@@ -99,20 +99,27 @@ class CostModel:
     verify_rows: list[int] = field(default_factory=list)
     verify_seconds: list[float] = field(default_factory=list)
     draft_seconds: float | None = None
+    verify_context: int = 0  # cached tokens the verify ladder was measured after
+    long_context: int = 0
+    long_seconds: list[float] = field(default_factory=list)  # the verify ladder after `long_context` cached tokens
 
     def __post_init__(self) -> None:
         if len(self.block_sizes) != len(self.seconds) or not self.block_sizes:
             raise ValueError("CostModel needs one positive `seconds` value per block size.")
         if len(self.copy_sizes) != len(self.copy_seconds):
             raise ValueError("CostModel needs one `copy_seconds` value per copy size.")
-        if len(self.verify_rows) != len(self.verify_seconds):
-            raise ValueError("CostModel needs one `verify_seconds` value per verified row count.")
+        if len(self.verify_rows) != len(self.verify_seconds) or (
+            self.long_seconds and len(self.long_seconds) != len(self.verify_rows)
+        ):
+            raise ValueError("CostModel needs one `verify_seconds` (and `long_seconds`) value per verified row count.")
         if any(s <= 0 for s in [*self.seconds, *self.shapes.values(), *self.copy_seconds, *self.verify_seconds]):
             raise ValueError(
                 f"CostModel seconds must be positive, got {self.seconds}, {self.shapes} and {self.copy_seconds}."
             )
         self.block_sizes, self.seconds = _sorted_ladder(self.block_sizes, self.seconds)
         self.copy_sizes, self.copy_seconds = _sorted_ladder(self.copy_sizes, self.copy_seconds)
+        if self.long_seconds:
+            self.long_seconds = _sorted_ladder(self.verify_rows, self.long_seconds)[1]
         self.verify_rows, self.verify_seconds = _sorted_ladder(self.verify_rows, self.verify_seconds)
         self.shapes = {str(DraftShape.parse(k)): float(v) for k, v in self.shapes.items()}
 
@@ -140,14 +147,22 @@ class CostModel:
     def step_costs(self) -> StepCosts:
         """What per-step choice prices: seconds to verify n rows and of one drafter pass.
 
-        Measured directly when the calibration has a verify ladder (`blockpilot calibrate` times both; the ladder
-        is made non-decreasing, since one more row never saves time and single timings are noisy); else read
+        Measured directly when the calibration has a verify ladder (`blockpilot calibrate` times both, the ladder
+        after a short and a long context; each is made non-decreasing, since one more row never saves time and
+        single timings are noisy); else read
         off the step ladders: one row is a plain step, n >= 2 rows a lookup step that copied n - 1 (a straight
         line fitted through the copy ladder, which is noisy step by step), and the drafter pass what a chain step
         costs beyond verifying its rows (the median over the chain sizes)."""
         if self.verify_rows and self.draft_seconds is not None:
-            seconds = _non_decreasing(self.verify_seconds)
-            return StepCosts(tuple(self.verify_rows), tuple(seconds), self.draft_seconds)
+            seconds, long = _non_decreasing(self.verify_seconds), _non_decreasing(self.long_seconds)
+            return StepCosts(
+                tuple(self.verify_rows),
+                tuple(seconds),
+                self.draft_seconds,
+                self.verify_context,
+                self.long_context if long else 0,
+                tuple(long),
+            )
         plain = self.step_seconds(1)
         points = [(n, t) for n, t in zip(self.copy_sizes, self.copy_seconds, strict=True) if n >= 2]
         if len(points) >= 2:

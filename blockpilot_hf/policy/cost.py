@@ -176,8 +176,18 @@ def calibrate(
         for shape in shapes[turn:] + shapes[:turn]:
             measured[shape].append(mean_step_seconds(shape, prompt))
     cost = cost_from_steps(measured, device_name(target.device), "calibrated", copy_steps)
-    rows, seconds, draft = measure_step_parts(target, drafter, rounds=rounds)
-    cost = replace(cost, verify_rows=rows, verify_seconds=seconds, draft_seconds=draft)
+    short, long = VERIFY_CONTEXTS
+    rows, seconds, draft = measure_step_parts(target, drafter, context=short, rounds=rounds)
+    _, long_seconds, long_draft = measure_step_parts(target, drafter, context=long, rounds=rounds)
+    cost = replace(
+        cost,
+        verify_rows=rows,
+        verify_seconds=seconds,
+        draft_seconds=(draft + long_draft) / 2,
+        verify_context=short,
+        long_context=long,
+        long_seconds=long_seconds,
+    )
     if save:
         path = calibration_path(target, drafter)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -187,11 +197,12 @@ def calibrate(
 
 
 VERIFY_ROWS = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32)  # verified row counts per-step choice prices directly
+VERIFY_CONTEXTS = (128, 768)  # cached tokens the verify ladder is timed after: a short text and a long one
 
 
 @torch.no_grad()
 def measure_step_parts(
-    target, drafter, rows: Sequence[int] = VERIFY_ROWS, context: int = 192, rounds: int = 3
+    target, drafter, rows: Sequence[int] = VERIFY_ROWS, context: int = 128, rounds: int = 3
 ) -> tuple[list[int], list[float], float]:
     """(rows, seconds of a target pass verifying each many rows, seconds of one drafter pass): what per-step
     choice prices, timed as the engine runs them (its kernels on) after `context` cached tokens of a random prompt.

@@ -11,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from blockpilot_hf.decoding import engine
+from blockpilot_hf.decoding.lookup import Copy
 from blockpilot_hf.decoding.planner import Q_MIDS, Beta, StepCosts, StepPlanner, StepPrior, interpolate
 from blockpilot_hf.testing_utils import (
     LAW_ALPHA,
@@ -75,7 +76,7 @@ def test_per_step_choice_matches_plain_greedy(
         reference = plain_greedy(target, prompt, max_new_tokens)[0, prompt.shape[1] :]
         kwargs["eos_token_id"] = int(reference[min(eos_offset, len(reference) - 1)])
     expected = plain_greedy(target, prompt, max_new_tokens, **kwargs)
-    prior = StepPrior(draft_calibration=[min(q * accept * 2, 1.0) for q in Q_MIDS], lookup_first=lookup_first)
+    prior = StepPrior(draft_calibration=[min(q * accept * 2, 1.0) for q in Q_MIDS], lookup_first=[lookup_first] * 3)
     out = target.generate(
         input_ids=prompt,
         max_new_tokens=max_new_tokens,
@@ -190,52 +191,79 @@ def confident_logits(depth: int = 7, vocab: int = 50, confidence: float = 0.9) -
 def test_cheap_rows_buy_wide_trees_and_dear_rows_buy_small_steps():
     """The same drafter output under two cost profiles: flat costs verify many nodes, steep costs few or none."""
     logits = confident_logits(confidence=0.6)
-    wide = StepPlanner(FLAT, max_depth=7).plan([], logits)
-    small = StepPlanner(STEEP, max_depth=7).plan([], logits)
+    wide = StepPlanner(FLAT, max_depth=7).plan(Copy(), logits, 64)
+    small = StepPlanner(STEEP, max_depth=7).plan(Copy(), logits, 64)
     assert len(wide.tree) > len(small.tree)
     assert len(wide.tree) > 7  # more than the chain: it branches
 
 
 def test_the_drafter_is_skipped_when_it_cannot_pay_for_itself():
-    pessimist = StepPrior(drafter_rate=0.05, lookup_first=0.9, lookup_next=0.95)
+    pessimist = StepPrior(drafter_rate=0.05, lookup_first=[0.9] * 3, lookup_next=0.95)
     planner = StepPlanner(STEEP, pessimist, max_depth=7)
-    assert not planner.wants_drafter([])  # plain decoding beats paying for a pass that drafts nothing
-    assert StepPlanner(FLAT, StepPrior(drafter_rate=0.8), max_depth=7).wants_drafter([])
+    assert not planner.wants_drafter(Copy(), 64)  # plain decoding beats paying for a pass that drafts nothing
+    assert StepPlanner(FLAT, StepPrior(drafter_rate=0.8), max_depth=7).wants_drafter(Copy(), 64)
 
 
 def test_copies_are_verified_as_far_as_they_pay_and_learnt_from():
-    planner = StepPlanner(FLAT, StepPrior(lookup_first=0.9, lookup_next=0.9), max_depth=7, max_lookup=10)
-    plan = planner.plan(list(range(20)), None)
+    likely = StepPrior(lookup_first=[0.9] * 3, lookup_next=0.9)
+    copy = Copy(list(range(20)), 3)
+    planner = StepPlanner(FLAT, likely, max_depth=7, max_lookup=10)
+    plan = planner.plan(copy, None, 64)
     assert plan.tree.tokens == list(range(10)) and plan.is_chain and not plan.ran_drafter
-    before = planner.lookup[0].mean
+    before = planner.lookup_first[2].mean
     planner.observe(plan, [99])  # the first copied token was wrong
-    assert planner.lookup[0].mean < before
-    dear = StepPlanner(STEEP, StepPrior(lookup_first=0.9, lookup_next=0.9), max_depth=7, max_lookup=10)
-    assert dear.plan(list(range(20)), None).tree.tokens  # a likely copy pays even for a dear row
+    assert planner.lookup_first[2].mean < before
+    dear = StepPlanner(STEEP, likely, max_depth=7, max_lookup=10)
+    assert dear.plan(copy, None, 64).tree.tokens  # a likely copy pays even for a dear row
     for _ in range(30):
         dear.observe(plan, [99])
-    assert dear.plan(list(range(20)), None).tree.tokens == []  # copies stopped paying: plain decoding
+    assert dear.plan(copy, None, 64).tree.tokens == []  # copies stopped paying: plain decoding
+
+
+def test_a_copy_from_a_longer_match_is_trusted_by_its_own_record():
+    """Fresh copies are learnt per n-gram match order: 1-gram copies failing leaves 3-gram copies trusted."""
+    planner = StepPlanner(STEEP, StepPrior(lookup_first=[0.9] * 3), max_depth=7, max_lookup=6)
+    for _ in range(30):
+        planner.observe(planner.plan(Copy([5, 6], 1), None, 64), [9])
+    assert planner.copy_chances(1, 1)[0] < 0.3 and planner.copy_chances(1, 3)[0] == pytest.approx(0.9)
+    assert planner.copy_chances(1, 7) == planner.copy_chances(1, 3)  # longer matches share the 3+ record
+    assert (
+        planner.plan(Copy([5, 6], 1), None, 64).tree.tokens == []
+        and planner.plan(Copy([5, 6], 3), None, 64).tree.tokens
+    )
 
 
 def test_a_copy_the_target_follows_is_on_track_and_trusted_more():
-    planner = StepPlanner(FLAT, StepPrior(lookup_first=0.2, lookup_on_track=0.9), max_depth=7, max_lookup=6)
-    fresh = planner.copy_chances(1)[0]
-    plan = planner.plan([5, 6, 7], None)
+    planner = StepPlanner(FLAT, StepPrior(lookup_first=[0.2] * 3, lookup_on_track=0.9), max_depth=7, max_lookup=6)
+    fresh = planner.copy_chances(1, 2)[0]
+    plan = planner.plan(Copy([5, 6, 7], 2), None, 64)
     planner.observe(plan, [5, 6, 7, 8])  # the target followed the whole copy
-    assert planner.on_track and planner.copy_chances(1)[0] > fresh
-    planner.observe(planner.plan([1, 2], None), [1, 9])  # ... and then left it
+    assert planner.on_track and planner.copy_chances(1, 2)[0] > fresh
+    planner.observe(planner.plan(Copy([1, 2], 3), None, 64), [1, 9])  # ... and then left it
     assert not planner.on_track
 
 
 def test_observing_accepted_drafts_raises_their_bucket_and_rejections_lower_it():
     planner = StepPlanner(FLAT, max_depth=3)
-    plan = planner.plan([], confident_logits(depth=3, confidence=0.6))
+    plan = planner.plan(Copy(), confident_logits(depth=3, confidence=0.6), 64)
     bucket = 4  # q = 0.6
     start = planner.draft[bucket].mean
     planner.observe(plan, [3, 3, 3, 7])  # the target chose every argmax draft
     assert planner.draft[bucket].mean > start
     planner.observe(plan, [5])
     assert planner.draft_chances() == sorted(planner.draft_chances())  # monotone in q
+
+
+def test_rows_cost_more_in_a_long_text_and_the_planner_verifies_fewer_there():
+    """With a second ladder measured after a long context, a pass is priced linearly in the context."""
+    costs = StepCosts((1, 16), (1.0, 1.2), 0.05, verify_context=100, long_context=500, long_seconds=(1.2, 3.0))
+    assert costs.verify(16, 50) == costs.verify(16, 100) == pytest.approx(1.2)  # short texts: the short ladder
+    assert costs.verify(16, 300) == pytest.approx(2.1) and costs.verify(16, 900) == pytest.approx(4.8)
+    logits = confident_logits(confidence=0.6)
+    short, long = StepPlanner(costs, max_depth=7), StepPlanner(costs, max_depth=7)
+    assert len(long.plan(Copy(), logits, 2000).tree) < len(short.plan(Copy(), logits, 100).tree)
+    with pytest.raises(ValueError, match="longer context"):
+        StepCosts((1, 16), (1.0, 1.2), 0.0, verify_context=100, long_context=100, long_seconds=(1.2, 3.0))
 
 
 def test_cost_ladders_interpolate_and_refuse_bad_input():

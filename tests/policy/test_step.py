@@ -51,7 +51,18 @@ def test_step_costs_from_a_calibration_and_from_step_ladders():
     measured = CostModel([1, 8], [1.0, 1.5], verify_rows=[1, 2, 4], verify_seconds=[1.0, 1.3, 1.2], draft_seconds=0.1)
     costs = measured.step_costs()
     assert costs.verify_seconds == pytest.approx((1.0, 1.25, 1.25))  # noise pooled: never cheaper with more rows
-    assert costs.draft_seconds == 0.1
+    assert costs.draft_seconds == 0.1 and not costs.long_seconds
+    long = CostModel(
+        [1, 8],
+        [1.0, 1.5],
+        verify_rows=[1, 2],
+        verify_seconds=[1.0, 1.1],
+        draft_seconds=0.1,
+        verify_context=128,
+        long_context=768,
+        long_seconds=[1.4, 1.3],
+    ).step_costs()
+    assert long.long_seconds == pytest.approx((1.35, 1.35)) and long.verify(2, 768) == pytest.approx(1.35)
     stepped = CostModel([1, 4, 8], [1.0, 1.5, 1.7], copy_sizes=[2, 4, 8], copy_seconds=[1.1, 1.2, 1.4])
     costs = stepped.step_costs()
     assert costs.verify(1) == 1.0 and costs.verify(4) == pytest.approx(1.2)

@@ -14,8 +14,8 @@ import functools
 import json
 import logging
 import math
+import shutil
 import time
-import zlib
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -24,7 +24,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 from transformers import get_cosine_schedule_with_warmup
 
-from ...data import chat_id
+from ...data import is_heldout
 from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
@@ -91,17 +91,11 @@ def validation_split(
     are simply not trained on)."""
     train, val = [], {}
     for seq in sequences:
-        if seq.answer and is_validation(seq.id, percent):
+        if seq.answer and is_heldout(seq.id, percent / 100):
             val.setdefault(seq.source, []).append(seq)
         else:
             train.append(seq)
     return train, {source: seqs[:per_source] for source, seqs in sorted(val.items())}
-
-
-def is_validation(seq_id: str, percent: int) -> bool:
-    """Held out by a hash of the chat the row belongs to: a second turn holds its first turn's answer in context,
-    so both turns land on the same side."""
-    return zlib.crc32(chat_id(seq_id).encode()) % 100 < percent
 
 
 def make_drafter(cfg: DrafterTrainingConfig, target) -> DFlashDrafter:
@@ -352,7 +346,12 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     # Linear warmup, then cosine decay to 0; its state is checkpointed with the rest (accelerate `save_state`).
     schedule = get_cosine_schedule_with_warmup(optimizer, max(1, int(cfg.warmup * total_steps)), total_steps)
     drafter, optimizer, schedule = accelerator.prepare(drafter, optimizer, schedule)
-    state = _resume(accelerator, out)
+    state = _resume(accelerator, out, cfg.init_from)
+    if state.pop(
+        "continued", False
+    ):  # committed weights of an earlier run: its schedule and data order go on from there
+        for _ in range(state["step"]):
+            schedule.step()
     weights = decay_weights(cfg.block_size, cfg.gamma).to(accelerator.device)
 
     # 3. Loop: one optimizer step per `sequences_per_step` sequences, each sequence one packed forward.
@@ -524,11 +523,21 @@ def _checkpoint(accelerator, out: Path, state: dict) -> None:
         (out / "checkpoint" / "progress.json").write_text(json.dumps(state))
 
 
-def _resume(accelerator, out: Path) -> dict:
+def _resume(accelerator, out: Path, init_from: str | None) -> dict:
+    """Where training starts: the run's own checkpoint in `out` (weights, optimizer, schedule), else a committed
+    run folder given as `init_from` (weights, step count and metrics; the optimizer's moments start afresh), else
+    step 0."""
     progress = out / "checkpoint" / "progress.json"
-    if not progress.exists():
-        return {"step": 0, "elapsed": 0.0}
-    accelerator.load_state(str(out / "checkpoint"))
-    state = json.loads(progress.read_text())
-    logger.warning("Resuming drafter training at step %d", state["step"])
-    return state
+    if progress.exists():
+        accelerator.load_state(str(out / "checkpoint"))
+        state = json.loads(progress.read_text())
+        logger.warning("Resuming drafter training at step %d", state["step"])
+        return state
+    committed = Path(init_from or "") / "progress.json"
+    if init_from and committed.exists():
+        state = json.loads(committed.read_text())
+        if not (out / METRICS_NAME).exists() and (committed.parent / METRICS_NAME).exists():
+            shutil.copy(committed.parent / METRICS_NAME, out / METRICS_NAME)  # one curve across machines
+        logger.warning("Continuing %s at step %d with a fresh optimizer state", init_from, state["step"])
+        return {**state, "continued": True}
+    return {"step": 0, "elapsed": 0.0}

@@ -94,13 +94,3 @@ def drafter_prompts(sources: list[str], per_source: int | None, seed: int = 0):
     prompts = [p for source in sources for p in load_prompts(source, "drafter", per_source)]
     random.Random(seed).shuffle(prompts)
     return prompts
-
-
-def main(argv: list[str] | None = None) -> None:
-    from ...cli import main as cli_main
-
-    cli_main(["regenerate", *(argv if argv is not None else __import__("sys").argv[1:])])
-
-
-if __name__ == "__main__":
-    main()

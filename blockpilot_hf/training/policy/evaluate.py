@@ -17,6 +17,7 @@ import statistics
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...data import is_heldout
 from ...decoding.shape import DraftShape
 from ...policy.baselines import EntropyPolicy, FixedPolicy, modelled_throughput, oracle_size
 from ...policy.config import CostModel
@@ -265,7 +266,6 @@ def evaluate_policy(
     prices the runs (default: the folder's timings, or the policy's stored model for a replayed folder), so that
     policies with different stored models are scored alike."""
     from ...embedded import load_policy
-    from .fit import is_heldout
 
     policy = load_policy(policy_dir)
     meta, records = read_records(Path(collect_dir))

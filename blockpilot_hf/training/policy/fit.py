@@ -12,7 +12,6 @@ trains and gives the numbers in the card.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 from dataclasses import fields, replace
 from pathlib import Path
@@ -20,7 +19,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from ...data import chat_id
+from ...data import is_heldout
 from ...decoding.shape import DraftShape
 from ...policy.baselines import best_fixed_size
 from ...policy.config import BlockPolicyConfig, CostModel, FeatureSpec
@@ -33,13 +32,6 @@ if TYPE_CHECKING:
     from .evaluate import EvaluationReport
 
 logger = logging.getLogger(__name__)
-
-
-def is_heldout(prompt_id: str, fraction: float) -> bool:
-    """Deterministic split by a hash of the prompt's id: the same prompt always lands on the same side, and so do
-    all turns of one chat (a second turn holds its first in context: training on one and scoring the other leaks)."""
-    digest = int(hashlib.sha256(chat_id(prompt_id).encode()).hexdigest()[:8], 16)
-    return digest / 0xFFFFFFFF < fraction
 
 
 def split_records(records: list[PromptRecord], fraction: float) -> tuple[list[PromptRecord], list[PromptRecord]]:

@@ -4,7 +4,7 @@
 
 For each temperature the policy has a head for, every prompt is decoded with per-step choice from the default prior;
 what its steps observed (whether the target took each drafter candidate, by the drafter's confidence bucket; whether
-it took the first copied token and the next ones) is pooled over all requests into a `StepPrior`. The head's
+it took the first copied token, by the order of the n-gram match, and the next ones) is pooled over all requests into a `StepPrior`. The head's
 average predicted per-token rates on the same prompts are its reference: a request's own prediction then shifts the
 prior up or down (`StepPrior.for_request`). The priors go into the policy folder's config.json.
 """
@@ -19,7 +19,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ...constants import POLICY_CONFIG_NAME
-from ...decoding.planner import Q_MIDS, Beta, StepPlanner, StepPrior
+from ...decoding.planner import COPY_ORDERS, Q_MIDS, Beta, StepPlanner, StepPrior
 from ...policy.step import PerStepPolicy, implied_rates
 
 SMOOTHING = 1.0  # pseudo-observations at the bucket's own q, so a bucket nobody saw keeps an honest drafter's value
@@ -30,15 +30,15 @@ class Tally:
     """Observations pooled over requests: accepted and tried, per drafter q bucket and for copied tokens."""
 
     draft: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0] for _ in Q_MIDS])
-    lookup: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0] for _ in range(3)])  # first, on track, next
+    # The first copied token per match order (1, 2, 3+), on track; each next copied token.
+    lookup: list[list[float]] = field(default_factory=lambda: [[0.0, 0.0] for _ in range(COPY_ORDERS + 2)])
 
     def add(self, planner: StepPlanner, prior: StepPrior) -> None:
         """What one request's planner observed: its posteriors less the prior it started from."""
-        starts = [Beta.prior(m, prior.strength) for m in prior.draft_calibration]
-        starts += [
-            Beta.prior(m, prior.strength) for m in (prior.lookup_first, prior.lookup_on_track, prior.lookup_next)
-        ]
-        pairs = zip([*self.draft, *self.lookup], [*planner.draft, *planner.lookup], starts, strict=True)
+        means = [*prior.draft_calibration, *prior.lookup_first, prior.lookup_on_track, prior.lookup_next]
+        starts = [Beta.prior(m, prior.strength) for m in means]
+        betas = [*planner.draft, *planner.lookup_first, planner.lookup_on_track, planner.lookup_next]
+        pairs = zip([*self.draft, *self.lookup], betas, starts, strict=True)
         for count, beta, start in pairs:
             count[0] += beta.accepted - start.accepted
             count[1] += beta.accepted + beta.rejected - start.accepted - start.rejected
@@ -85,9 +85,9 @@ def fit_step_prior(target, drafter, policy, prompts: list[torch.Tensor], tempera
     return replace(
         start,
         draft_calibration=[tally.rate(c, q) for c, q in zip(tally.draft, Q_MIDS, strict=True)],
-        lookup_first=tally.rate(tally.lookup[0], start.lookup_first),
-        lookup_on_track=tally.rate(tally.lookup[1], start.lookup_on_track),
-        lookup_next=tally.rate(tally.lookup[2], start.lookup_next),
+        lookup_first=[tally.rate(c, m) for c, m in zip(tally.lookup, start.lookup_first, strict=False)],
+        lookup_on_track=tally.rate(tally.lookup[COPY_ORDERS], start.lookup_on_track),
+        lookup_next=tally.rate(tally.lookup[COPY_ORDERS + 1], start.lookup_next),
         drafter_rate=draft_reference,
         reference_draft=draft_reference,
         reference_lookup=statistics.fmean(r[1] for r in recorder.rates),

@@ -10,6 +10,7 @@ from accelerate import Accelerator
 from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
+from blockpilot_hf.data import is_heldout
 from blockpilot_hf.testing_utils import (
     MASK_ID,
     random_prompt,
@@ -22,7 +23,6 @@ from blockpilot_hf.training.drafter.blocks import build_blocks, decay_weights, s
 from blockpilot_hf.training.drafter.recipe import (
     DrafterTrainingConfig,
     data_summary,
-    is_validation,
     load_sequences,
     make_drafter,
     soft_label_loss,
@@ -301,7 +301,7 @@ def test_sampled_answers_train_and_validate_apart_from_greedy_ones(tmp_path):
 
 def test_every_turn_of_a_chat_lands_on_the_validation_side_of_its_first_turn():
     chats = [f"self-instruct/writing/0/{i}" for i in range(200)]
-    held = [c for c in chats if is_validation(c, 10)]
+    held = [c for c in chats if is_heldout(c, 0.1)]
     assert 0 < len(held) < len(chats)  # the split holds some chats out, not all
     for chat in chats:  # with a hash of the row id alone, some second turns land apart from their first
-        assert is_validation(f"{chat}/turn2", 10) == is_validation(chat, 10)
+        assert is_heldout(f"{chat}/turn2", 0.1) == is_heldout(chat, 0.1)

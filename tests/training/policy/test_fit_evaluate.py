@@ -8,13 +8,13 @@ import torch
 
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.cli import main
-from blockpilot_hf.data import turn_id
+from blockpilot_hf.data import is_heldout, turn_id
 from blockpilot_hf.decoding.shape import DraftShape
 from blockpilot_hf.testing_utils import SYNTHETIC_COST, best_size, oracle_factory, synthetic_items, tiny_pair
 from blockpilot_hf.training.policy.collect import collect
 from blockpilot_hf.training.policy.collected import read_records
 from blockpilot_hf.training.policy.evaluate import evaluate_policy, evaluate_records
-from blockpilot_hf.training.policy.fit import FitConfig, is_heldout, split_records, train_policy
+from blockpilot_hf.training.policy.fit import FitConfig, split_records, train_policy
 from tests.training.policy.synthetic_data import CONFIG
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
