@@ -161,7 +161,12 @@ def dflash_decoding(
     attention_mask = model_kwargs.get("attention_mask")
     if input_ids.shape[0] > 1:  # several rows: one batch, `stats` a list with one entry per row
         check_batch_options(
-            model, blockpilot_streamer, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens
+            model,
+            blockpilot_streamer,
+            blockpilot_tree_budget,
+            blockpilot_draft_sampling,
+            blockpilot_lookup_tokens,
+            logits_processor,
         )
         mask = torch.ones_like(input_ids) if attention_mask is None else attention_mask
         sequences, stats = batched_speculative_generate(

@@ -20,16 +20,17 @@ def is_offline() -> bool:
 
 
 def resolve_folder(
-    name_or_path: str | os.PathLike, what: str, required: tuple[str, ...], revision: str | None = None
+    name_or_path: str | os.PathLike, what: str, required: tuple[str, ...], revision: str | None = None, hint: str = ""
 ) -> Path:
-    """Return a local folder holding `required` files for `name_or_path` (a folder, or a Hub id via the HF cache)."""
+    """Return a local folder holding `required` files for `name_or_path` (a folder, or a Hub id via the HF cache).
+    `hint` ends the message when the id is found neither locally nor on the Hub (what else the user can do)."""
     path = Path(name_or_path)
     if path.is_dir():
         folder = path
     elif path.exists():
         raise ValueError(f"{what} location {path} is a file; pass the folder that contains {', '.join(required)}.")
     else:
-        folder = _download(str(name_or_path), what, revision)
+        folder = _download(str(name_or_path), what, revision, hint)
     missing = [name for name in required if not (folder / name).is_file()]
     if missing:
         raise FileNotFoundError(
@@ -39,14 +40,15 @@ def resolve_folder(
     return folder
 
 
-def _download(repo_id: str, what: str, revision: str | None) -> Path:
+def _download(repo_id: str, what: str, revision: str | None, hint: str) -> Path:
     try:
         return Path(snapshot_download(repo_id, revision=revision, local_files_only=is_offline()))
     except LocalEntryNotFoundError as err:
         if is_offline() or isinstance(err.__cause__, OfflineModeIsEnabled):
             raise OSError(
                 f"{what} {repo_id!r} is not in the local Hugging Face cache and HF_HUB_OFFLINE=1 forbids downloading "
-                f"it. Download it once with network access (`hf download {repo_id}`), or pass a local folder."
+                f"it. If it is published, download it once with network access (`hf download {repo_id}`); or pass a "
+                f"local folder.{hint}"
             ) from err
         # Online, yet huggingface_hub fell back to the cache: the Hub could not be reached (no network, proxy, DNS,
         # timeout, Hub down). The cause is chained to its error.
@@ -54,11 +56,13 @@ def _download(repo_id: str, what: str, revision: str | None) -> Path:
         raise OSError(
             f"{what} {repo_id!r} could not be downloaded: the Hugging Face Hub could not be reached "
             f"({type(cause).__name__}: {cause}), and it is not in the local cache. Check the network connection "
-            "(proxy, HF_ENDPOINT) and retry, or pass a local folder."
+            f"(proxy, HF_ENDPOINT) and retry, or pass a local folder.{hint}"
         ) from err
     except HFValidationError as err:
-        raise FileNotFoundError(f"{what} {repo_id!r} is neither an existing folder nor a valid Hub repo id.") from err
+        raise FileNotFoundError(
+            f"{what} {repo_id!r} is neither an existing folder nor a valid Hub repo id.{hint}"
+        ) from err
     except RepositoryNotFoundError as err:
         raise OSError(
-            f"{what} {repo_id!r} does not exist on the Hub (or is private: log in with `hf auth login`)."
+            f"{what} {repo_id!r} does not exist on the Hub (or is private: log in with `hf auth login`).{hint}"
         ) from err

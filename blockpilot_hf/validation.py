@@ -217,8 +217,21 @@ def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
         raise ValueError("use_cache=False is not supported with a DFlash drafter: verification needs the KV cache.")
 
 
-def check_batch_options(target, streamer, tree_budget: int | None, draft_sampling: bool, lookup_tokens: int) -> None:
-    """A batch of several rows decodes chains of argmax drafts; refuse what only one row can do, saying so."""
+# Logits processors that read a row's index in the batch: refused in batches, which score each row alone.
+ROW_INDEX_PROCESSORS = {"PrefixConstrainedLogitsProcessor"}
+
+
+def check_batch_options(
+    target, streamer, tree_budget: int | None, draft_sampling: bool, lookup_tokens: int, logits_processor=()
+) -> None:
+    """A batch of several rows decodes chains of argmax drafts, scoring each row alone; refuse what only one row
+    can do, saying so."""
+    by_index = [type(p).__name__ for p in logits_processor if type(p).__name__ in ROW_INDEX_PROCESSORS]
+    if by_index:
+        raise ValueError(
+            f"{', '.join(by_index)} tells rows apart by their index in the batch (prefix_allowed_tokens_fn's "
+            "batch_id), which a batch with a DFlash drafter does not keep; call generate per prompt for it."
+        )
     asked = {
         "streamer": streamer is not None,
         "tree_budget": bool(tree_budget),

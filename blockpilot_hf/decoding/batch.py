@@ -19,6 +19,7 @@ every row's output equals plain batched `generate`'s for that row.
 
 from __future__ import annotations
 
+import copy
 import time
 
 import torch
@@ -29,6 +30,9 @@ from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
 from .planner import StepPlanner
 from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
+
+# Logits processors holding one entry per batch row, by class name: the attributes a row's own copy is cut to.
+PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
 
 
 @with_small_row_linears
@@ -64,7 +68,7 @@ def batched_speculative_generate(
         buffer = torch.full((1, max_length), pad_token_id, dtype=input_ids.dtype, device=device)
         buffer[0, :prompt_len] = input_ids[i]
         rows.append(_Sequence(buffer, prompt_len, stopping_criteria, None))
-    scores = [_scorer(logits_processor, row) for row in rows]
+    scores = [_scorer(row_processors(logits_processor, batch, i), row) for i, row in enumerate(rows)]
 
     # 1. Prefill the batch once; positions count only real tokens (as plain `generate` computes them).
     positions = (mask.long().cumsum(-1) - 1).masked_fill(~mask, 1)
@@ -237,3 +241,24 @@ def _drop_finished(live: list[int], rows: list[_Sequence], caches: list[DynamicC
     for cache in caches:
         cache.batch_select_indices(index)
     return ([live[b] for b in keep], *(t[index] for t in per_row))
+
+
+def row_processors(processors: LogitsProcessorList, batch: int, row: int) -> LogitsProcessorList:
+    """The processors as row `row` of a `batch`-row call sees them. Each row is scored alone (one (1, L) prefix at
+    a time), so a processor's per-row state (`PER_ROW_STATE`: one entry per row, such as the repetition penalty's
+    padding lengths) is cut to that row's entry, on a shallow copy; a processor that tells rows apart by their
+    index in the batch is refused (`check_batch_processors`)."""
+    own = LogitsProcessorList()
+    for processor in processors:
+        names = [n for n in PER_ROW_STATE.get(type(processor).__name__, ()) if _is_per_row(processor, n, batch)]
+        if names:
+            processor = copy.copy(processor)
+            for name in names:
+                setattr(processor, name, getattr(processor, name)[row : row + 1])
+        own.append(processor)
+    return own
+
+
+def _is_per_row(processor, name: str, batch: int) -> bool:
+    value = getattr(processor, name, None)
+    return isinstance(value, torch.Tensor) and value.dim() >= 1 and value.shape[0] == batch

@@ -90,6 +90,7 @@ class DFlashConfig(Qwen3Config):
         """Build a config from a z-lab checkpoint's config.json (`model_type: qwen3` with a `dflash_config` block)."""
         config = dict(config)
         dflash = dict(config.pop("dflash_config", None) or {})
+        _refuse_unsupported(config, dflash)
         for key in ("architectures", "auto_map", "model_type", "transformers_version"):
             config.pop(key, None)
         # Newer files may repeat block_size inside dflash_config; that one wins.
@@ -99,6 +100,32 @@ class DFlashConfig(Qwen3Config):
         config.pop("dtype", None)
         config.pop("torch_dtype", None)
         return cls(**config)
+
+
+def _refuse_unsupported(config: dict[str, Any], dflash: dict[str, Any]) -> None:
+    """Refuse z-lab fields this drafter does not implement, naming them, rather than load a drafter that would draft
+    differently from the one trained: unknown `dflash_config` keys, causal block attention, sliding windows."""
+    unknown = sorted(set(dflash) - set(DFLASH_FIELDS) - {"is_causal", "causal", "layer_types"})
+    if unknown:
+        raise ValueError(
+            f"dflash_config has fields this loader does not know: {unknown}. The checkpoint comes from a newer "
+            "DFlash release (or another architecture, such as DFlash2); loading it would draft wrongly. Use a "
+            "checkpoint in the published DFlash format."
+        )
+    if dflash.get("is_causal") or dflash.get("causal") or config.get("is_causal"):
+        raise ValueError(
+            "The checkpoint sets a causal block attention (dflash_config causal / is_causal = true); this drafter "
+            "implements DFlash's bidirectional block attention only, so it would draft wrongly. Use a checkpoint "
+            "without it."
+        )
+    layer_types = dflash.get("layer_types") or config.get("layer_types") or []
+    windowed = sorted({t for t in layer_types if t != "full_attention"})
+    if windowed:
+        raise ValueError(
+            f"The checkpoint's layer_types include {windowed}; this drafter's layers attend to the whole context "
+            "(full_attention), so it would draft wrongly. Use a checkpoint whose layers all use full attention."
+        )
+    config.pop("layer_types", None)  # all full attention: what this drafter does
 
 
 def is_zlab_config(config: dict[str, Any]) -> bool:

@@ -188,6 +188,13 @@ class DFlashDrafter(DFlashPreTrainedModel):
             raise OSError(f"Could not load DFlash drafter weights from {folder}: {err}") from err
         if legacy is not None:
             model.set_draft_vocab(legacy)
+        if info["unexpected_keys"]:
+            unexpected = sorted(info["unexpected_keys"])
+            raise OSError(
+                f"{folder} holds weights this drafter does not have: {unexpected[:5]}"
+                f"{' ...' if len(unexpected) > 5 else ''}. It is another architecture (DFlash2's convolution, say) "
+                "or another configuration; loading it without them would draft wrongly."
+            )
         if info["missing_keys"]:
             missing = sorted(info["missing_keys"])
             raise OSError(

@@ -66,6 +66,13 @@ class TauHead(nn.Module):
         return 1 + (sizes - 1) * torch.sigmoid(raw)
 
 
+NO_POLICY_HINT = (
+    " A policy exists only where someone made and published one: `blockpilot make-policy --target TARGET "
+    "--drafter DRAFTER --out DIR` makes one for your pair (then pass block_policy=DIR), and `block_size=N` or "
+    '`block_policy="per-step"` decode without one.'
+)
+
+
 class BlockPolicy(nn.Module):
     """A BlockPilot policy: one `TauHead` per trained temperature, and a `BlockChooser` for
     `generate(block_policy=...)`: callable on a Prefill, with a `name`."""
@@ -228,7 +235,8 @@ class BlockPolicy(nn.Module):
 
         from ..hub import resolve_folder
 
-        folder = resolve_folder(name_or_path, "BlockPilot policy", (POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME), revision)
+        required = (POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME)
+        folder = resolve_folder(name_or_path, "BlockPilot policy", required, revision, NO_POLICY_HINT)
         policy = cls(BlockPolicyConfig.load(folder / POLICY_CONFIG_NAME))
         try:
             state = load_file(str(folder / POLICY_WEIGHTS_NAME))

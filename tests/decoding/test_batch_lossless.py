@@ -58,6 +58,47 @@ class PerRowSizes:
 
 @FAST
 @given(
+    rows=st.lists(st.tuples(st.integers(2, 12), st.sampled_from(SIZES)), min_size=2, max_size=6),
+    processors=st.fixed_dictionaries(
+        {},
+        optional={
+            "repetition_penalty": st.sampled_from([0.7, 1.3, 2.0]),
+            "no_repeat_ngram_size": st.integers(1, 3),
+            "min_new_tokens": st.integers(1, 10),
+        },
+    ),
+    eos=st.sampled_from([None, 7, 40]),
+    seed=st.integers(0, 50),
+)
+def test_rows_with_logits_processors_equal_plain_batched_generate(rows, processors, eos, seed):
+    """Processors with per-row state (the repetition penalty's padding lengths) see each row as plain batched
+    `generate` does, also as rows finish at different steps (EOS) and leave the batch."""
+    target, drafter = greedy_pair()
+    lengths, sizes = [n for n, _ in rows], [s for _, s in rows]
+    ids, mask = padded_batch(lengths, seed)
+    common = dict(input_ids=ids, attention_mask=mask, max_new_tokens=16, do_sample=False, eos_token_id=eos)
+    plain = target.generate(**common, **processors)
+    out = target.generate(**common, **processors, assistant_model=drafter, block_policy=PerRowSizes(ids, mask, sizes))
+    assert torch.equal(out, plain)
+
+
+def test_a_processor_that_reads_the_row_index_is_refused_in_batches():
+    target, drafter = greedy_pair()
+    ids, mask = padded_batch([4, 6])
+    with pytest.raises(ValueError, match="PrefixConstrainedLogitsProcessor tells rows apart by their index"):
+        target.generate(
+            input_ids=ids,
+            attention_mask=mask,
+            max_new_tokens=4,
+            do_sample=False,
+            assistant_model=drafter,
+            block_size=4,
+            prefix_allowed_tokens_fn=lambda batch_id, ids: list(range(10)),
+        )
+
+
+@FAST
+@given(
     arch=st.sampled_from(["qwen3", "llama"]),
     rows=st.lists(st.tuples(st.integers(2, 12), st.sampled_from(SIZES)), min_size=2, max_size=8),
     new=st.integers(1, 24),

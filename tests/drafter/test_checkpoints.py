@@ -128,6 +128,35 @@ def offline_hub_cache(tmp_path, monkeypatch) -> Path:
     return cache
 
 
+@pytest.mark.parametrize(
+    "dflash_extra, top_level, message",
+    [
+        ({"causal": True}, {}, "causal block attention"),
+        ({"is_causal": True}, {}, "causal block attention"),
+        ({}, {"layer_types": ["full_attention", "sliding_attention"]}, r"layer_types include \['sliding_attention'\]"),
+        ({"conv_kernel_size": 4}, {}, r"fields this loader does not know: \['conv_kernel_size'\]"),
+    ],
+)
+def test_zlab_fields_this_drafter_does_not_implement_are_refused_by_name(tmp_path, dflash_extra, top_level, message):
+    write_zlab_folder(tmp_path / "zlab", dflash_extra=dflash_extra, **top_level)
+    with pytest.raises(ValueError, match=message):
+        DFlashDrafter.from_pretrained(tmp_path / "zlab")
+
+
+def test_full_attention_layer_types_load(tmp_path):
+    write_zlab_folder(tmp_path / "zlab", layer_types=["full_attention"] * 2)
+    assert DFlashDrafter.from_pretrained(tmp_path / "zlab").config.num_hidden_layers == 2
+
+
+def test_a_weight_this_architecture_lacks_is_refused_by_name(tmp_path):
+    from safetensors.torch import save_file
+
+    tensors = write_zlab_folder(tmp_path / "zlab")
+    save_file({**tensors, "layers.0.conv.weight": torch.zeros(4, 4)}, str(tmp_path / "zlab" / "model.safetensors"))
+    with pytest.raises(OSError, match=r"holds weights this drafter does not have: \['layers.0.conv.weight'\]"):
+        DFlashDrafter.from_pretrained(tmp_path / "zlab")
+
+
 def test_hub_id_loads_from_the_cache_offline(tmp_path, offline_hub_cache):
     tensors = write_zlab_folder(tmp_path / "zlab")
     populate_hub_cache(offline_hub_cache, "z-lab/Tiny-DFlash-b16", tmp_path / "zlab")

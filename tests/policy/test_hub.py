@@ -66,8 +66,30 @@ def test_load_by_hub_id_offline_from_cache(task, offline_cache):
 
 
 def test_uncached_hub_id_offline_says_what_to_do(offline_cache):
-    with pytest.raises(OSError, match="not in the local Hugging Face cache and HF_HUB_OFFLINE=1"):
+    with pytest.raises(OSError, match="not in the local Hugging Face cache and HF_HUB_OFFLINE=1") as info:
         BlockPolicy.from_pretrained("blockpilot-test/never-downloaded")
+    assert "If it is published" in str(info.value) and "blockpilot make-policy" in str(info.value)
+
+
+def test_unpublished_policy_id_online_names_make_policy_and_block_size(monkeypatch):
+    """The Hub answers that no such repo exists: the message says how to make a policy, or decode without one."""
+    import huggingface_hub.constants
+    from huggingface_hub.errors import RepositoryNotFoundError
+
+    import blockpilot_hf.hub
+
+    def absent(repo_id, **kwargs):  # the Hub's 404, built without an HTTP response object
+        error = RepositoryNotFoundError.__new__(RepositoryNotFoundError)
+        Exception.__init__(error, f"404 Repository Not Found for {repo_id}")
+        raise error
+
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_OFFLINE", False)
+    monkeypatch.setattr(blockpilot_hf.hub, "snapshot_download", absent)
+    with pytest.raises(OSError, match=r"'blockpilot/qwen3-4b' does not exist on the Hub") as info:
+        BlockPolicy.from_pretrained("blockpilot/qwen3-4b")
+    for fix in ("blockpilot make-policy", "block_size=N", 'block_policy="per-step"'):
+        assert fix in str(info.value)
 
 
 def test_damaged_folders_give_clear_errors(task, tmp_path):

@@ -38,16 +38,16 @@ def drafter_folder(name: str) -> Path:
     return checked("--drafter", resolve_drafter, name)
 
 
-def _load_pair(target_name: str, drafter_dir: Path, dtype: str | None = None):
-    """(enabled target, tokenizer, drafter): check the drafter folder first, then load the target (in `dtype`,
-    by name; unset = the loader's default)."""
+def _load_pair(target_name: str, drafter_dir: Path, dtype: str | None = None, device: str = "cpu"):
+    """(enabled target, tokenizer, drafter) on `device` ('auto': cuda when available): check the drafter folder
+    first, then load the target (in `dtype`, by name; unset = the loader's default)."""
     import torch
 
     from ...drafter import DFlashDrafter
     from ...embedded import load_target
     from ...generation import enable
 
-    target, tokenizer = load_target(target_name, getattr(torch, dtype) if dtype else None)
+    target, tokenizer = load_target(target_name, getattr(torch, dtype) if dtype else None, device)
     drafter = DFlashDrafter.from_pretrained(drafter_dir, dtype=target.dtype).to(target.device)
     return enable(target), tokenizer, drafter
 
@@ -139,7 +139,7 @@ def run_calibrate(config: CalibrateConfig) -> None:
     from ...policy.cost import calibrate, calibration_path
     from .collect import items_from_prompts
 
-    target, tokenizer, drafter = _load_pair(config.target, drafter_dir, config.dtype)
+    target, tokenizer, drafter = _load_pair(config.target, drafter_dir, config.dtype, config.device)
     prompts = None
     if config.prompts:
         items = items_from_prompts(tokenizer, config.prompts, config.limit)

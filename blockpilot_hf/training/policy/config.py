@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ...cli_args import check_choice
-from ...constants import DECISIONS, DTYPES, EMBEDDED
+from ...constants import DECISIONS, DEVICE_HELP, DTYPES, EMBEDDED
 from ...data import SPLITS
 from ...decoding.shape import DraftShape
 
@@ -242,6 +242,7 @@ class CalibrateConfig:
     dtype: str = field(
         default="float32", metadata={"help": "model dtype to time in (float32, bfloat16, float16); cached per dtype"}
     )
+    device: str = field(default="auto", metadata={"help": f"device to time on: {DEVICE_HELP}; cached per device"})
 
     def __post_init__(self) -> None:
         check_choice("--dtype", self.dtype, DTYPES)
