@@ -12,6 +12,7 @@ import importlib.util
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from .decoding.kernels import cpu_kernels
     from .decoding.shape import DraftShape
     from .decoding.stats import GenerationStats, StepRecord
     from .drafter import DFlashConfig, DFlashDrafter
@@ -28,6 +29,7 @@ _LAZY = {
     "DraftShape": ".decoding.shape",
     "GenerationStats": ".decoding.stats",
     "StepRecord": ".decoding.stats",
+    "cpu_kernels": ".decoding.kernels",
     "enable": ".generation",
 }
 
@@ -40,6 +42,7 @@ __all__ = [
     "DraftShape",
     "GenerationStats",
     "StepRecord",
+    "cpu_kernels",
     "enable",
 ]
 __version__ = "0.1.0"

@@ -31,6 +31,7 @@ from .validation import (
 logger = logging.getLogger(__name__)
 
 _ENABLED = "_blockpilot_original_generate"
+_CPU_KERNELS = "_blockpilot_cpu_kernels"
 
 
 @dataclass
@@ -41,12 +42,14 @@ class BlockPilotGenerateOutput(GenerateDecoderOnlyOutput):
     blockpilot: GenerationStats | list[GenerationStats] | None = None
 
 
-def enable(model):
+def enable(model, cpu_kernels: bool = True):
     """Return `model` (the same object) with a `generate` that accepts a `DFlashDrafter` as `assistant_model`,
     plus `block_size`, `block_policy`, `draft_sampling`, `prompt_lookup_num_tokens` (drafts copied from the
     text so far where it repeats, tried before the drafter at each step) and `tree_budget` (verify a tree of up
     to that many drafted nodes per step instead of one chain). Without a DFlash assistant it is plain
-    `generate`."""
+    `generate`. `cpu_kernels=False` runs our engine without its CPU kernels (`decoding/kernels.py`), to see what
+    they add; calling `enable` again changes only this switch."""
+    setattr(model, _CPU_KERNELS, cpu_kernels)
     if hasattr(model, _ENABLED):
         return model
     original = model.generate
@@ -85,7 +88,7 @@ def generate_with_drafter(
         if any(ours.values()):
             names = " / ".join(f"`{name}`" for name, value in ours.items() if value)
             raise ValueError(f"{names} with a DFlash drafter run on blockpilot's engine only; drop `speculation_type`.")
-        return _generate_in_tree(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
+        return _generate_in_transformers(generate, args, assistant_model, block_size, block_policy, streamer, kwargs)
     return generate(
         *args,
         custom_generate=dflash_decoding,
@@ -102,7 +105,7 @@ def generate_with_drafter(
     )
 
 
-def _generate_in_tree(original, args, drafter, block_size, block_policy, streamer, kwargs):
+def _generate_in_transformers(original, args, drafter, block_size, block_policy, streamer, kwargs):
     """transformers' own DFlash loop (`speculation_type="dflash"`), optionally at a given fixed block size."""
     if block_policy is not None:
         raise ValueError("`block_policy` runs on blockpilot's engine only; drop `speculation_type='dflash'` to use it.")
@@ -157,6 +160,7 @@ def dflash_decoding(
         stopping_criteria=stopping_criteria,
         max_length=generation_config.max_length,
         do_sample=bool(generation_config.do_sample),
+        cpu_kernels=getattr(model, _CPU_KERNELS, True),
     )
     attention_mask = model_kwargs.get("attention_mask")
     if input_ids.shape[0] > 1:  # several rows: one batch, `stats` a list with one entry per row

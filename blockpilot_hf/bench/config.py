@@ -13,6 +13,7 @@ from ..decoding.shape import DraftShape
 
 # Arms that run generate (in this order within a prompt) ...
 BASELINE = "baseline"  # plain `generate`
+BASELINE_KERNELS = "baseline+kernels"  # plain `generate` inside `cpu_kernels`: what the CPU kernels alone give
 PROMPT_LOOKUP = "prompt-lookup"  # transformers' prompt lookup decoding
 DFLASH_HF = "dflash-hf"  # transformers' own DFlash loop with our drafter at its training block size
 BLOCKPILOT = "blockpilot"  # our engine with the BlockPilot policy, deciding as it is configured (per step by default)
@@ -23,7 +24,7 @@ FIXED_PREFIX = "fixed:"  # our engine at one fixed block size or draft shape, e.
 BEST_FIXED = "best-fixed"  # the one fixed size or shape that was fastest on the dev prompts
 ORACLE = "oracle"  # per prompt turn, the fastest fixed size or shape
 
-RUN_ARMS = (BASELINE, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, BLOCKPILOT_ONCE, PER_STEP)
+RUN_ARMS = (BASELINE, BASELINE_KERNELS, PROMPT_LOOKUP, DFLASH_HF, "fixed", BLOCKPILOT, BLOCKPILOT_ONCE, PER_STEP)
 DERIVED_ARMS = (BEST_FIXED, ORACLE)
 
 
@@ -59,8 +60,8 @@ class BenchConfig:
     arms: list[str] = field(
         default_factory=lambda: list(RUN_ARMS),
         metadata={
-            "help": "arms to run: baseline, prompt-lookup, dflash-hf, fixed (the grid and --shapes), blockpilot, "
-            "blockpilot-once, per-step"
+            "help": "arms to run: baseline, baseline+kernels (plain generate with our CPU kernels), prompt-lookup, "
+            "dflash-hf, fixed (the grid and --shapes), blockpilot, blockpilot-once, per-step"
         },
     )
     max_new_tokens: int = field(default=128, metadata={"help": "new tokens per prompt and turn"})

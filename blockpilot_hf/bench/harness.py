@@ -11,6 +11,7 @@ Finished runs are appended to `raw.jsonl` per prompt turn; a rerun skips what is
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,12 +20,14 @@ from pathlib import Path
 import torch
 
 from ..data import Prompt, chat_input_ids
+from ..decoding.kernels import cpu_kernels
 from ..decoding.shape import DraftShape
 from ..decoding.stats import device_clock
 from ..generation import sampling_kwargs
 from ..jsonl import JsonlWriter
 from .config import (
     BASELINE,
+    BASELINE_KERNELS,
     BLOCKPILOT,
     BLOCKPILOT_ONCE,
     DFLASH_HF,
@@ -167,7 +170,8 @@ def measure(
     torch.manual_seed(unit.seed)
     _reset_peak_memory(device)
     start = device_clock(device)
-    with torch.inference_mode():
+    kernels = cpu_kernels(target) if arm.kind == BASELINE_KERNELS else contextlib.nullcontext()
+    with torch.inference_mode(), kernels:
         out = target.generate(
             input_ids=input_ids,
             attention_mask=torch.ones_like(input_ids),

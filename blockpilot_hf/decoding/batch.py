@@ -27,15 +27,15 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 
 from .acceptance import accept_greedy, accept_point_mass
 from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
+from .kernels import with_cpu_kernels
 from .planner import StepPlanner
-from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 
 # Logits processors holding one entry per batch row, by class name: the attributes a row's own copy is cut to.
 PER_ROW_STATE = {"RepetitionPenaltyLogitsProcessor": ("prompt_ignore_length",)}
 
 
-@with_small_row_linears
+@with_cpu_kernels(attention=False)  # batches keep batched attention; `cpu_kernels=False`: no kernels
 def batched_speculative_generate(
     target,
     drafter,

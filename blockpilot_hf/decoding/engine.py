@@ -23,11 +23,10 @@ from transformers import DynamicCache, LogitsProcessorList, StoppingCriteriaList
 from transformers.cache_utils import DynamicSlidingWindowLayer
 
 from .acceptance import accept_greedy, accept_point_mass, accept_rejection
+from .kernels import with_cpu_kernels
 from .lookup import Copy, find_copy, lookup_draft
 from .planner import StepPlan, StepPlanner
-from .row_attention import with_row_attention
 from .shape import DraftShape
-from .small_rows import with_small_row_linears
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 from .tree import DraftTree, accept_tree, add_branch, build_tree, keep_cache_positions, tree_attention_mask
 
@@ -134,8 +133,7 @@ def _target_forward(target, ids: torch.Tensor, cache, hidden_indices: list[int] 
     return out.logits[0].float(), out.hidden_states
 
 
-@with_small_row_linears
-@with_row_attention
+@with_cpu_kernels()  # `cpu_kernels=False` runs the engine without them (decoding/kernels.py)
 def speculative_generate(
     target,
     drafter,

@@ -114,11 +114,12 @@ def row_attention(model):
     if not wants_row_attention(model):
         yield
         return
+    before = model.config._attn_implementation
     model.config._attn_implementation = ROW_ATTENTION  # the setter reaches every sub-config
     try:
         yield
     finally:
-        model.config._attn_implementation = "sdpa"
+        model.config._attn_implementation = before
         _last[:] = [None, []]
 
 
