@@ -11,13 +11,19 @@ import warnings
 from pathlib import Path
 
 import torch
-from transformers import DynamicCache
 
 MAX_BLOCK_FACTOR = 4  # any block size up to 4x the drafter's training block size is accepted
 
 
 def target_num_layers(target) -> int:
     return target.config.get_text_config().num_hidden_layers
+
+
+def target_layer_types(target) -> list[str]:
+    """The attention type of each of the target's layers ("full_attention", "sliding_attention", ...)."""
+    from transformers.cache_utils import get_layer_types_and_kwargs
+
+    return get_layer_types_and_kwargs(target.config.get_text_config(decoder=True))[0]
 
 
 def check_compatible(target, drafter) -> None:
@@ -67,9 +73,7 @@ def check_target_cache(target) -> None:
     Full and sliding-window attention keep one K/V entry per token, so cropping the rejected tokens is exact
     (sliding-window layers record their past until each crop). Linear-attention / convolution states fold every
     token into one state that cannot be un-applied, so a rejected draft would leak into later tokens."""
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    layer_types, _ = get_layer_types_and_kwargs(target.config.get_text_config(decoder=True))
+    layer_types = target_layer_types(target)
     stateful = sorted({t for t in layer_types if t in ("conv", "linear_attention", "hybrid", "hybrid_sliding")})
     if stateful:
         name = getattr(target.config, "name_or_path", "") or type(target).__name__
@@ -93,9 +97,7 @@ def check_drafting_options(target, tree_budget: int | None, draft_sampling: bool
             "rule; it cannot combine with draft_sampling=True. Drop one of them (sampling with do_sample=True works "
             "with trees)."
         )
-    from transformers.cache_utils import get_layer_types_and_kwargs
-
-    layer_types, _ = get_layer_types_and_kwargs(target.config.get_text_config(decoder=True))
+    layer_types = target_layer_types(target)
     if any(t != "full_attention" for t in layer_types):
         raise ValueError(
             f"tree_budget needs full-attention layers only (this target has {sorted(set(layer_types))}): a tree's "
@@ -241,7 +243,7 @@ def check_batch_options(
     if any(asked.values()):
         names = ", ".join(f"`{name}`" for name, on in asked.items() if on)
         raise ValueError(f"{names} need a batch of one row with a DFlash drafter; call generate per prompt for them.")
-    if any(getattr(layer, "is_sliding", False) for layer in DynamicCache(config=target.config).layers):
+    if any(t != "full_attention" for t in target_layer_types(target)):
         raise ValueError(
             "Batches of several rows need a target without sliding-window attention (rejected drafts stay in its "
             "cache as masked holes); call generate per prompt for this target."

@@ -30,7 +30,6 @@ from ..constants import CARD_NAME, POLICY_CONFIG_NAME, POLICY_WEIGHTS_NAME
 from ..decoding.engine import Prefill
 from ..decoding.planner import StepPrior
 from ..decoding.shape import DraftShape
-from ..validation import check_policy_compatible
 from .config import BlockPolicyConfig, CostModel
 from .cost import choose_size
 from .features import PrefillFeatures, extract_features
@@ -83,7 +82,6 @@ class BlockPolicy(nn.Module):
         self.heads = nn.ModuleList(TauHead(config) for _ in config.temperatures)  # one per trained temperature
         # The most tokens a step of each candidate commits: the upper bound of its predicted tau.
         self.register_buffer("sizes", torch.tensor([c.max_tokens for c in config.candidates], dtype=torch.float32))
-        self.cost_override: CostModel | None = None
 
     # ---- prediction -------------------------------------------------------------------------------------------
     def head_index(self, temperature: float) -> int:
@@ -110,11 +108,6 @@ class BlockPolicy(nn.Module):
         """The name `generate` reports in its stats (`out.blockpilot.policy`)."""
         return f"blockpilot:{self.config.name}"
 
-    @property
-    def cost_model(self) -> CostModel | None:
-        """A calibration set with `use_cost_model`, else the cost model stored with the policy."""
-        return self.cost_override or self.config.cost
-
     def usable_cost_model(self, cost: CostModel | None) -> CostModel | None:
         """`cost` (with the stored model's tree / lookup shapes added, see `CostModel.with_shapes_from`) if it covers
         every candidate, else None (with a warning): the stored model is then used."""
@@ -130,13 +123,6 @@ class BlockPolicy(nn.Module):
             return None
         return cost
 
-    def use_cost_model(self, cost: CostModel | None) -> BlockPolicy:
-        """Use `cost` (e.g. this machine's calibration) instead of the stored one; None restores it."""
-        usable = self.usable_cost_model(cost)
-        if cost is None or usable is not None:
-            self.cost_override = usable
-        return self
-
     def choose(
         self,
         prefill: Prefill | PrefillFeatures,
@@ -145,13 +131,13 @@ class BlockPolicy(nn.Module):
         temperature: float = 0.0,
     ) -> int | DraftShape:
         """The block size (or, for a tree / lookup candidate, the `DraftShape`) for this request under `rule`
-        (default: the config's choice rule), with `cost` (default: `cost_model`) as the seconds per step, when it
+        (default: the config's choice rule), with `cost` (default: the stored `config.cost`) as the seconds per step, when it
         decodes at `temperature` (0 = greedy)."""
         best = choose_size(
             self.predict_tau(prefill, temperature),
             self.config.candidates,
             rule or self.config.choice,
-            cost or self.cost_model,
+            cost or self.config.cost,
         )
         return best.block_size if best.is_chain else best
 
@@ -167,7 +153,7 @@ class BlockPolicy(nn.Module):
         block, which costs about what one row of B * b tokens does. Sizes whose B * b tokens lie beyond what the
         cost model measured are left out (a cost curve is not extrapolated: calibrate wider steps to allow them),
         and so are shapes (batches draft chains); size 1 always stays."""
-        rule, cost, batch = rule or self.config.choice, cost or self.cost_model, len(prefills)
+        rule, cost, batch = rule or self.config.choice, cost or self.config.cost, len(prefills)
         priced = rule == "throughput" and cost is not None
 
         def allowed(c: DraftShape) -> bool:
@@ -198,11 +184,6 @@ class BlockPolicy(nn.Module):
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
-
-    # ---- compatibility ----------------------------------------------------------------------------------------
-    def check_compatible(self, target, drafter) -> None:
-        """Refuse a target/drafter the head cannot read; see `validation.check_policy_compatible`."""
-        check_policy_compatible(self.config, target, drafter)
 
     # ---- save / load / Hub ------------------------------------------------------------------------------------
     def save_pretrained(self, folder: str | Path, repo_id: str | None = None, card_details: str = "") -> Path:

@@ -91,7 +91,6 @@ def test_policy_choice_weighs_tau_against_cost():
     prefill = fake_prefill()
     assert policy(prefill) == max(sizes)
     # Steps that cost b^2 seconds: tau / cost ~= 1 / b, so plain decoding (size 1) has the best throughput ...
-    policy.use_cost_model(CostModel(sizes, [float(b * b) for b in sizes]))
-    assert policy(prefill) == 1
+    assert policy.choose(prefill, cost=CostModel(sizes, [float(b * b) for b in sizes])) == 1
     # ... while the paper's rule (highest tau) ignores the cost.
     assert policy.choose(prefill, rule="classifier") == max(sizes)

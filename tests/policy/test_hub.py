@@ -10,6 +10,7 @@ import torch
 from blockpilot_hf import BlockPolicy
 from blockpilot_hf.policy.features import PrefillFeatures
 from blockpilot_hf.testing_utils import tiny_pair
+from blockpilot_hf.validation import check_policy_compatible
 from tests.policy.conftest import COMMIT, REPO, populate
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
@@ -115,18 +116,18 @@ def test_policy_for_another_target_or_drafter_is_refused(task):
 
     target, drafter = tiny_pair()
     policy = BlockPolicy.from_pretrained(task.policy_dir)
-    policy.check_compatible(target, drafter)  # the pair it was trained for: fine
+    check_policy_compatible(policy.config, target, drafter)  # the pair it was trained for: fine
 
     other_layers = DFlashDrafter(DFlashConfig(**{**drafter.config.to_dict(), "target_layer_ids": [1, 3]}))
     with pytest.raises(ValueError, match=r"reads target layers \[0, 3\], the drafter reads \[1, 3\]"):
-        policy.check_compatible(target, other_layers)
+        check_policy_compatible(policy.config, target, other_layers)
     policy.config.features.hidden_size = 48
     with pytest.raises(ValueError, match="made for hidden size 48, the target has 32"):
-        policy.check_compatible(target, drafter)
+        check_policy_compatible(policy.config, target, drafter)
     policy.config.features.hidden_size = 32
     policy.config.vocab_size = 151936
     with pytest.raises(ValueError, match="vocabulary of 151936, the target has 64"):
-        policy.check_compatible(target, drafter)
+        check_policy_compatible(policy.config, target, drafter)
 
 
 def test_other_model_ids_only_warn(task):
@@ -134,4 +135,4 @@ def test_other_model_ids_only_warn(task):
     policy = BlockPolicy.from_pretrained(task.policy_dir)
     policy.config.target_id, target.config.name_or_path = "org/target-a", "org/target-b"
     with pytest.warns(UserWarning, match="trained for target 'org/target-a' but runs with 'org/target-b'"):
-        policy.check_compatible(target, drafter)
+        check_policy_compatible(policy.config, target, drafter)

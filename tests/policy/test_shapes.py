@@ -170,15 +170,15 @@ def test_a_calibration_of_block_sizes_keeps_the_stored_shape_costs_scaled_to_thi
     config = BlockPolicyConfig(SPEC, 64, [0], candidate_sizes=[1, 4, 8], candidate_shapes=[str(TREE)], cost=COST)
     policy = BlockPolicy(config)
     twice_as_slow = CostModel([1, 4, 8], [2.0e-3, 2.5e-3, 2.9e-3], "other-device", "calibrated")
-    used = policy.use_cost_model(twice_as_slow).cost_model
+    used = policy.usable_cost_model(twice_as_slow)
     assert used.seconds == twice_as_slow.seconds
     assert used.shapes == {str(TREE): pytest.approx(3.2e-3), str(LOOKUP): pytest.approx(2.2e-3)}
     assert twice_as_slow.shapes == {}  # the caller's calibration is not modified
     with_ladder = BlockPolicy(replace(config, cost=replace(COST, copy_sizes=[2, 9], copy_seconds=[1e-3, 2e-3])))
-    used = with_ladder.use_cost_model(twice_as_slow).cost_model
+    used = with_ladder.usable_cost_model(twice_as_slow)
     assert used.copy_sizes == [2, 9] and used.copy_seconds == [pytest.approx(2e-3), pytest.approx(4e-3)]
     too_narrow = CostModel([1, 4], [2.0e-3, 2.5e-3], "other-device", "calibrated")
-    assert policy.use_cost_model(None).usable_cost_model(too_narrow) is None  # size 8 unmeasured: stored model used
+    assert policy.usable_cost_model(too_narrow) is None  # size 8 unmeasured: stored model used
 
 
 def test_collect_config_keeps_shapes_apart_from_block_sizes():

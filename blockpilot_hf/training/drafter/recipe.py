@@ -28,6 +28,7 @@ from ...data import is_heldout
 from ...decoding.stats import mean_acceptance_length
 from ...drafter import DFlashConfig, DFlashDrafter
 from ...jsonl import JsonlWriter, read_rows
+from ...policy.cost import device_name
 from ..replay import draft_matches, walk
 from .blocks import build_blocks, decay_weights, sample_anchors
 from .config import DrafterTrainingConfig
@@ -418,7 +419,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     final = out / "drafter"
     if accelerator.is_main_process:
         saved = save_drafter(accelerator.unwrap_model(drafter), final, keep, cfg)
-        write_training_card(saved, final, cfg, train, out / METRICS_NAME, hardware(accelerator.device))
+        write_training_card(saved, final, cfg, train, out / METRICS_NAME, device_name(accelerator.device))
     return final
 
 
@@ -454,13 +455,6 @@ def data_summary(train: list[TrainingSequence], val: list[TrainingSequence]) -> 
         "train_ids": [s.id for s in train],
         "val_ids": [s.id for s in val],
     }
-
-
-def hardware(device: torch.device) -> str:
-    """What trained the drafter, for its card: the GPU's name, or the CPU threads torch used."""
-    if device.type == "cuda":
-        return torch.cuda.get_device_name(device)
-    return f"{torch.get_num_threads()} CPU thread(s)"
 
 
 def write_training_card(
