@@ -96,16 +96,26 @@ class _Sequence:
         return self.buffer[:, : self.length]
 
     def commit(self, tokens: list[int]) -> int:
-        """Append tokens one at a time until a stopping criterion fires; return how many were kept."""
-        for kept, token in enumerate(tokens, start=1):
-            self.buffer[0, self.length] = token
-            self.length += 1
-            if self.streamer is not None:
-                self.streamer.put(self.buffer[:, self.length - 1].cpu())
-            if bool(self.stopping(self.ids, None).any()):
-                self.done = True
-                return kept
-        return len(tokens)
+        """Append `tokens` up to the first after which a stopping criterion fires; return how many were kept.
+
+        The criteria see every prefix, as if the tokens came one at a time, and their verdicts are read in one go:
+        one host read per step on a GPU, not one per token."""
+        if not tokens:
+            return 0
+        start, count = self.length, len(tokens)
+        window = self.buffer[0, start : start + count]
+        before = window.clone()
+        window.copy_(torch.tensor(tokens, dtype=self.buffer.dtype))
+        fired = torch.stack([self.stopping(self.buffer[:, : start + k], None).any() for k in range(1, count + 1)])
+        stops = fired.tolist()  # (count,): the one host read
+        kept = stops.index(True) + 1 if True in stops else count
+        self.done = kept < count or stops[-1]
+        window[kept:] = before[kept:]  # the buffer past the sequence stays as it was
+        self.length = start + kept
+        if self.streamer is not None:
+            for token in tokens[:kept]:
+                self.streamer.put(torch.tensor([token]))
+        return kept
 
 
 def _record_past(cache: DynamicCache) -> None:

@@ -135,3 +135,22 @@ def test_drafts_before_a_nan_row_still_follow_the_target_law():
 
     law = exact_law(target, prompt, warpers(1.0, 5, None))
     assert g_test_p_value(sample_counts(one, seed=11), law) > LAW_ALPHA
+
+
+def test_a_step_reads_the_stopping_criteria_once():
+    """Committing a step's tokens reads the criteria's verdicts on the host once (one GPU sync per step, not one
+    per token), and still stops exactly after the first token that fires."""
+    from transformers import EosTokenCriteria, MaxLengthCriteria, StoppingCriteriaList
+
+    from blockpilot_hf.decoding.engine import _Sequence
+
+    stopping = StoppingCriteriaList([EosTokenCriteria(7), MaxLengthCriteria(20)])
+    seq = _Sequence(torch.zeros((1, 20), dtype=torch.long), 3, stopping, None)
+    reads = []
+    real = torch.Tensor.tolist
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(torch.Tensor, "tolist", lambda self: (reads.append(1), real(self))[1])
+        patch.setattr(torch.Tensor, "__bool__", lambda self: pytest.fail("a per-token host read"))
+        assert seq.commit([4, 5, 6]) == 3 and not seq.done and len(reads) == 1
+        assert seq.commit([8, 7, 9, 9]) == 2 and seq.done and len(reads) == 2
+    assert seq.ids.tolist() == [[0, 0, 0, 4, 5, 6, 8, 7]] and seq.buffer[0, 8:].tolist() == [0] * 12
