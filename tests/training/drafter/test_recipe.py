@@ -200,6 +200,37 @@ def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
     assert lrs == pytest.approx(expected) and lrs[-1] == 0.0 and max(lrs) == pytest.approx(cfg.lr)
 
 
+def test_a_committed_run_folder_continues_on_a_new_machine(tmp_path):
+    """What a session commits (the checkpoint's drafter, progress.json, metrics.jsonl), given as --init-from to
+    a fresh out folder: training goes on at the committed step, with the learning-rate schedule where it was and
+    one curve."""
+    import shutil
+
+    from transformers import get_cosine_schedule_with_warmup
+
+    target = tiny_target(dtype=torch.float32)
+    data = target_answers_file(tmp_path, target, n=4)
+    common = dict(anchors_per_sequence=4, epochs=6, warmup=0.25, save_every=1000)
+    cfg = tiny_training_config(data, tmp_path / "run", max_minutes=1e-9, **common)  # stops after step 1
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    committed = tmp_path / "committed"
+    shutil.copytree(tmp_path / "run" / "checkpoint" / "drafter", committed)
+    for name in ("checkpoint/progress.json", "metrics.jsonl"):
+        shutil.copy(tmp_path / "run" / name, committed)
+    fresh = tiny_training_config(data, tmp_path / "new-machine", init_from=str(committed), **common)
+    train_drafter(fresh, Accelerator(cpu=True), target=target)
+    rows = [json.loads(line) for line in (tmp_path / "new-machine" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == list(range(1, 13))  # the committed step 1, then 2..12: one curve
+    optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.lr)
+    schedule = get_cosine_schedule_with_warmup(optimizer, 3, 12)
+    expected = []
+    for _ in range(12):
+        optimizer.step()
+        schedule.step()
+        expected.append(schedule.get_last_lr()[0])
+    assert [r["lr"] for r in rows[1:]] == pytest.approx(expected[1:])  # not a restarted warmup
+
+
 def test_warm_start_loads_the_given_drafter_and_refuses_another_shape(tmp_path):
     target = tiny_target(dtype=torch.float32)
     start = tiny_drafter(target, seed=7, block_size=4)
