@@ -2,7 +2,8 @@
 
 Every compatibility check lives here: target + drafter (`check_compatible`), target cache (`check_target_cache`),
 policy + target + drafter (`check_policy_compatible`, `check_policy_sizes`), policy + collected records
-(`check_policy_fits_collection`), and the inputs of one `generate` call.
+(`check_policy_fits_collection`), the inputs of one `generate` call, and what a batch of several rows cannot do
+(`check_batch_options`).
 """
 
 from __future__ import annotations
@@ -201,7 +202,7 @@ def check_block_size(block_size, drafter) -> int:
 
 
 def check_generation_config(generation_config, input_ids: torch.Tensor) -> None:
-    """Refuse what block speculative decoding cannot do exactly (beam search, several rows or sequences, ...)."""
+    """Refuse what block speculative decoding cannot do exactly (beam search, several sequences per prompt, ...)."""
     if generation_config.num_beams and generation_config.num_beams > 1:
         raise ValueError(
             "Beam search (num_beams > 1) cannot run with a DFlash drafter; use num_beams=1 or drop assistant_model."
