@@ -175,6 +175,19 @@ def plain_greedy(target, input_ids, max_new_tokens: int, **kwargs) -> torch.Tens
     return target.generate(input_ids=input_ids, max_new_tokens=max_new_tokens, do_sample=False, **kwargs)
 
 
+def drafted_greedy(target, drafter, input_ids, max_new_tokens: int, **kwargs):
+    """Greedy `generate` of an enabled `target` with `drafter` (our engine), its stats in `out.blockpilot`; the
+    one call the lossless tests compare with `plain_greedy`."""
+    return target.generate(
+        input_ids=input_ids,
+        max_new_tokens=max_new_tokens,
+        do_sample=False,
+        assistant_model=drafter,
+        return_dict_in_generate=True,
+        **kwargs,
+    )
+
+
 def token_text(token_id: int) -> str:
     """The tiny tokenizer's string for a token: one printable character ("!" ... "~", then Latin-1 signs)."""
     return chr(33 + token_id) if token_id < 94 else chr(161 + token_id - 94)

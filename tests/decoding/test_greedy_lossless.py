@@ -16,6 +16,7 @@ from transformers.generation.streamers import BaseStreamer
 from blockpilot_hf.testing_utils import (
     MASK_ID,
     OracleDrafter,
+    drafted_greedy,
     greedy_pair,
     plain_greedy,
     random_prompt,
@@ -30,15 +31,7 @@ FAST = settings(deadline=None, max_examples=20, derandomize=True)
 
 def ours(target, drafter, input_ids, max_new_tokens: int, block_size: int, **kwargs):
     """Our engine through the enabled `generate`, greedy, with the stats object attached."""
-    return target.generate(
-        input_ids=input_ids,
-        max_new_tokens=max_new_tokens,
-        do_sample=False,
-        assistant_model=drafter,
-        block_size=block_size,
-        return_dict_in_generate=True,
-        **kwargs,
-    )
+    return drafted_greedy(target, drafter, input_ids, max_new_tokens, block_size=block_size, **kwargs)
 
 
 def expected_steps(prompt_len: int, total_len: int, block_size: int, mistakes: set[int]) -> list[tuple[int, int]]:

@@ -13,7 +13,7 @@ from blockpilot_hf.policy import EntropyPolicy, FixedPolicy, calibrate, load_cal
 from blockpilot_hf.policy.config import CostModel
 from blockpilot_hf.policy.cost import calibration_path
 from blockpilot_hf.policy.resolve import as_chooser, resolve_block_policy
-from blockpilot_hf.testing_utils import oracle_factory, synthetic_items, tiny_pair
+from blockpilot_hf.testing_utils import drafted_greedy, oracle_factory, synthetic_items, tiny_pair
 from tests.policy.conftest import REPO, populate
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
@@ -26,15 +26,7 @@ def pair():
     return tiny_pair()
 
 
-def run(target, drafter, ids, **kwargs):
-    return target.generate(
-        input_ids=ids,
-        max_new_tokens=NEW,
-        do_sample=False,
-        assistant_model=drafter,
-        return_dict_in_generate=True,
-        **kwargs,
-    )
+run = functools.partial(drafted_greedy, max_new_tokens=NEW)
 
 
 def fresh_prompts(pair):

@@ -3,6 +3,7 @@ prices with, and what it refuses."""
 
 from __future__ import annotations
 
+import functools
 import logging
 
 import pytest
@@ -16,7 +17,7 @@ from blockpilot_hf.policy.config import BlockPolicyConfig, CostModel
 from blockpilot_hf.policy.cost import calibration_path
 from blockpilot_hf.policy.resolve import GENERIC_STEP_COSTS, CalibratedPolicy, resolve_block_policy
 from blockpilot_hf.policy.step import PerStepPolicy, geometric_rate, implied_rates
-from blockpilot_hf.testing_utils import greedy_pair, plain_greedy, random_prompt, tiny_pair
+from blockpilot_hf.testing_utils import drafted_greedy, greedy_pair, plain_greedy, random_prompt, tiny_pair
 
 pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
@@ -72,15 +73,7 @@ def test_step_costs_from_a_calibration_and_from_step_ladders():
         CostModel([1], [1.0], verify_rows=[1, 2], verify_seconds=[1.0])
 
 
-def run(target, drafter, ids, **kwargs):
-    return target.generate(
-        input_ids=ids,
-        max_new_tokens=16,
-        do_sample=False,
-        assistant_model=drafter,
-        return_dict_in_generate=True,
-        **kwargs,
-    )
+run = functools.partial(drafted_greedy, max_new_tokens=16)
 
 
 def test_per_step_without_a_policy_is_exact_and_says_it_is_uncalibrated(caplog):
