@@ -14,6 +14,7 @@ from tests.bench.tiny import tiny_prompts
 
 RUN_ARMS = {
     "baseline",
+    "baseline+kernels",
     "prompt-lookup",
     "dflash-hf",
     "fixed:1",
@@ -156,6 +157,7 @@ def test_arms_and_rotation(models):
     arms = arms_for(small_config(), has_policy=False)
     assert [a.name for a in arms] == [
         "baseline",
+        "baseline+kernels",
         "prompt-lookup",
         "dflash-hf",
         "fixed:1",

@@ -26,7 +26,7 @@ def no_model_loads(monkeypatch):
     def load_target(*args, **kwargs):
         pytest.fail("the target was loaded before the drafter was checked")
 
-    def load_pair(target_name, drafter_dir, dtype=None):
+    def load_pair(target_name, drafter_dir, dtype=None, device="cpu"):
         raise Loaded(drafter_dir)
 
     monkeypatch.setattr(embedded, "load_target", load_target)
