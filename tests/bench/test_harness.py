@@ -168,7 +168,7 @@ def test_arms_and_rotation(models):
         "fixed:8+tree16+lookup10",
         "per-step",  # blockpilot and blockpilot-once need a policy
     ]
-    assert [a.name for a in rotated(arms, 2)][:2] == ["dflash-hf", "fixed:1"]
+    assert [a.name for a in rotated(arms, 3)][:2] == ["dflash-hf", "fixed:1"]
     with pytest.raises(ValueError, match="baseline arm is required"):
         BenchConfig(arms=["fixed"])
     with pytest.raises(ValueError, match="Unknown arms"):
