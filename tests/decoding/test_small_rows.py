@@ -121,11 +121,11 @@ def test_the_probe_decides_each_bucket_from_its_own_timings(monkeypatch):
 
     def columns(weight, x):
         if not 2 <= x.shape[0] <= 4:
-            time.sleep(1e-4)
+            time.sleep(5e-4)
 
     def packed(weight, x):
         if x.shape[0] < 5:
-            time.sleep(1e-4)
+            time.sleep(5e-4)
 
     monkeypatch.setattr(small_rows, "weight_first", columns)
     monkeypatch.setattr(small_rows, "packed_linear", packed)
