@@ -23,7 +23,7 @@ from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.decoding.stats import GenerationStats, device_clock
-from blockpilot_hf.testing_utils import BENCH_SHAPES, OracleDrafter, bench_pair
+from blockpilot_hf.testing_utils import BENCH_SHAPES, OracleDrafter, bench_pair, drafted_greedy
 
 
 def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
@@ -69,14 +69,7 @@ def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_si
     oracle = OracleDrafter.from_drafter(drafter, reference)
 
     def engine():
-        return target.generate(
-            input_ids=prompt,
-            max_new_tokens=new_tokens,
-            do_sample=False,
-            assistant_model=oracle,
-            block_size=block_size,
-            return_dict_in_generate=True,
-        )
+        return drafted_greedy(target, oracle, prompt, new_tokens, block_size=block_size)
 
     _, out = timed(engine, target.device)  # warm-up, and the steps to replay
     if not torch.equal(out.sequences, reference):  # float32 is exact; half precision may part at a near-tie
