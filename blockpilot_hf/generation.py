@@ -194,12 +194,25 @@ def dflash_decoding(
     return sequences
 
 
-def sampling_kwargs(temperature: float) -> dict:
-    """`generate` arguments that decode greedily at temperature 0 and otherwise sample the full distribution at
-    `temperature` (top-k and top-p off, whatever the model's generation config sets)."""
+def sampling_kwargs(temperature: float, top_k: int = 0, top_p: float = 1.0) -> dict:
+    """`generate` arguments that decode greedily at temperature 0 and otherwise sample at `temperature` with these
+    top-k and top-p (by default the full distribution, whatever the model's generation config sets)."""
     if temperature > 0:
-        return dict(do_sample=True, temperature=temperature, top_k=0, top_p=1.0)
+        return dict(do_sample=True, temperature=temperature, top_k=top_k, top_p=top_p)
     return dict(do_sample=False)
+
+
+def default_sampling(generation_config) -> tuple[float, int, float] | None:
+    """(temperature, top_k, top_p) a model samples with when `generate` gets no sampling arguments (Qwen3's
+    generation config: 0.6, 20, 0.95; an unset top-k or top-p is off), or None when it decodes greedily."""
+    if not generation_config.do_sample:
+        return None
+    temperature = generation_config.temperature
+    return (
+        (1.0 if temperature is None else float(temperature)),
+        generation_config.top_k or 0,
+        generation_config.top_p or 1.0,
+    )
 
 
 def _pad_token_id(generation_config) -> int:

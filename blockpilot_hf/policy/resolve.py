@@ -164,8 +164,8 @@ def _prepare_policy(
         warned.add(temperature)
         logger.warning(
             "block_policy %r was trained at temperature(s) %s but this request decodes at %g: sampling accepts fewer "
-            "drafts (copied ones far fewer), so its choices may be slow. Give it a head for this temperature: "
-            "`blockpilot collect --replay --temperature %g ...`, then `blockpilot train-policy A,B ...`.",
+            "drafts (copied ones far fewer), so its choices may be slow. Make one with a head for this temperature: "
+            "`blockpilot make-policy --temperatures 0,%g ...`.",
             policy.name,
             ", ".join(f"{t:g}" for t in trained),
             temperature,

@@ -66,7 +66,7 @@ def test_a_request_far_from_every_head_is_warned_about(task, caplog):
             chosen_size(policy, do_sample=True, temperature=1.0)
     assert len(caplog.records) == 1  # once per policy and temperature, not on every call
     assert "trained at temperature(s) 0 but this request decodes at 1" in caplog.text
-    assert "blockpilot collect --replay --temperature 1" in caplog.text
+    assert "blockpilot make-policy --temperatures 0,1" in caplog.text
 
 
 def test_combining_refuses_repeated_temperatures_and_other_settings(task):

@@ -118,8 +118,8 @@ def run_make_policy(job: MakePolicyJob, collect_config: CollectConfig, fit: FitC
 
     if collect_config.replay:
         raise UsageError(
-            "make-policy prices candidates with the times it measures: run it without --replay, or run "
-            "`blockpilot collect --replay` then `blockpilot train-policy --cost-from POLICY`."
+            "make-policy times its greedy collect and replays the sampled ones itself: leave out --replay and "
+            "--temperature, and name the heads with --temperatures (e.g. 0,0.6)."
         )
     if job.card_template:  # a bad template fails before any model loads
         checked("--card-template", lambda path: read_card_template(Path(path)), job.card_template)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -28,7 +28,7 @@ from ...decoding.engine import Prefill
 from ...decoding.shape import DraftShape
 from ...decoding.tree import TREE_TOP_K, DraftTree, grow_tree
 from ...drafter import DFlashDrafter
-from ...generation import enable
+from ...generation import default_sampling, enable
 from ...policy.cost import device_name
 from ...policy.features import PrefillFeatures, extract_features, spec_for
 from ..answers import AnswerCache, plain_answer, sampling_seed
@@ -115,7 +115,9 @@ def replay_prompt(
     rather than one per step and candidate. Runs carry no timings."""
     input_ids = torch.tensor([item.input_ids], device=target.device)
     answers = answers or AnswerCache(target, config.max_new_tokens)
-    plain, plain_time = answers.answer(input_ids, config.temperature, sampling_seed(item.prompt_id))
+    config = with_target_sampling(config, target)
+    seed = sampling_seed(item.prompt_id)
+    plain, plain_time = answers.answer(input_ids, config.temperature, seed, config.sample_top_k, config.sample_top_p)
     model = drafter if isinstance(drafter, DFlashDrafter) else drafter(item, plain)
     recorder = _FeatureRecorder(DraftShape(1), spec_for(target, model, config.top_k))
     with torch.inference_mode():  # the prefill the policy reads, exactly as decoding computes it
@@ -213,6 +215,21 @@ def make_meta(target, drafter: DFlashDrafter, config: CollectConfig) -> CollectM
         device=device_name(target.device),
         temperature=config.temperature,
         replayed=config.replay,
+        sample_top_k=config.sample_top_k,
+        sample_top_p=config.sample_top_p,
+    )
+
+
+def with_target_sampling(config: CollectConfig, target) -> CollectConfig:
+    """`config` with an unset top-k / top-p of sampled answers taken from the target's generation config when it
+    samples (Qwen3: 20 / 0.95), as its users' sampled requests get them; off when it does not, and at temperature 0."""
+    if config.temperature == 0:
+        return replace(config, sample_top_k=0, sample_top_p=1.0)
+    _, top_k, top_p = default_sampling(target.generation_config) or (0.0, 0, 1.0)
+    return replace(
+        config,
+        sample_top_k=top_k if config.sample_top_k is None else config.sample_top_k,
+        sample_top_p=top_p if config.sample_top_p is None else config.sample_top_p,
     )
 
 
@@ -245,6 +262,7 @@ def collect(
     state = process_state()
     out = Path(out)
     enable(target)
+    config = with_target_sampling(config, target)
     answers = answers or AnswerCache(target, config.max_new_tokens, config.answers)
     reference = drafter if isinstance(drafter, DFlashDrafter) else meta_drafter
     if reference is None:

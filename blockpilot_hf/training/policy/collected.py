@@ -124,6 +124,8 @@ class CollectMeta:
     temperature: float = 0.0
     shapes: list[str] = field(default_factory=list)  # tree / lookup shapes run besides the block sizes
     replayed: bool = False  # runs replayed on the greedy answer (`collect --replay`): acceptance only, no timings
+    sample_top_k: int = 0  # top-k of the sampled answers (temperature > 0; 0 = off)
+    sample_top_p: float = 1.0  # top-p of the sampled answers (1 = off)
 
     @property
     def candidates(self) -> list[DraftShape]:

@@ -58,7 +58,20 @@ class CollectConfig:
             "every candidate on one sampled answer per prompt (the same acceptance, in distribution)"
         },
     )
-
+    sample_top_k: int | None = field(
+        default=None,
+        metadata={
+            "help": "top-k of the sampled answers (--temperature > 0; 0 = off); unset = the target's generation "
+            "config's when it samples (Qwen3: 20), else off"
+        },
+    )
+    sample_top_p: float | None = field(
+        default=None,
+        metadata={
+            "help": "top-p of the sampled answers (--temperature > 0; 1 = off); unset = the target's generation "
+            "config's when it samples (Qwen3: 0.95), else off"
+        },
+    )
     answers: str | None = field(
         default=None,
         metadata={
@@ -78,6 +91,10 @@ class CollectConfig:
                 f"--temperature {self.temperature:g} needs --replay: a decoded collect checks every run token for "
                 "token against plain greedy output, which sampled runs cannot match."
             )
+        if self.sample_top_k is not None and self.sample_top_k < 0:
+            raise ValueError(f"--sample-top-k must be >= 0 (0 = off), got {self.sample_top_k}.")
+        if self.sample_top_p is not None and not 0 < self.sample_top_p <= 1:
+            raise ValueError(f"--sample-top-p must be in (0, 1] (1 = off), got {self.sample_top_p}.")
         if self.answers and not self.replay:
             raise ValueError(
                 f"--answers {self.answers} needs --replay: a decoded collect times its own plain answers, so it "
@@ -131,6 +148,14 @@ class MakePolicyJob(CollectJob):
         metadata={"help": "comma-separated source:split list (split defaults to policy); a share is held out"},
     )
     out: str = field(metadata={"help": "policy folder to write (its collect/ subfolder makes reruns resume)"})
+    temperatures: list[float] | None = field(
+        default=None,
+        metadata={
+            "help": "temperatures to give the policy a head for, e.g. 0,0.6 (0 = greedy; a sampled head is collected "
+            "on sampled answers with --replay, priced by the greedy collect's timings); unset = greedy, plus the "
+            "target's generation config temperature when it samples (Qwen3: 0,0.6)"
+        },
+    )
     push_to: str | None = field(default=None, metadata={"help": "Hub repo id to upload the folder to; unset = none"})
     card_template: str | None = field(
         default=None,
@@ -139,6 +164,17 @@ class MakePolicyJob(CollectJob):
             "replace its '<!-- make-policy: results -->' line and what follows; unset = the generic card"
         },
     )
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.temperatures is not None:
+            temps = sorted({float(t) for t in self.temperatures})
+            if not temps or temps[0] != 0.0:
+                raise ValueError(
+                    f"--temperatures {self.temperatures}: include 0 (the greedy head: its timed collect prices every "
+                    "head), e.g. --temperatures 0,0.6."
+                )
+            self.temperatures = temps
 
 
 @dataclass

@@ -5,18 +5,20 @@ r"""`blockpilot make-policy`: from a target and a drafter to a finished policy f
         --max-new-tokens 256 --out policies/qwen3-4b --push-to blockpilot/qwen3-4b
     accelerate launch -m blockpilot_hf.cli make-policy ...   # collect sharded over GPUs; process 0 does the rest
 
-Steps: collect into OUT/collect (resumable: rerun the same command after a crash) -> fit the head on all prompts
-but a held-out share -> evaluate on the held-out prompts against the best fixed size, the drafter's training size,
-transformers' prompt lookup and the per-prompt oracle -> write OUT (config, weights, plots and a card with the
-results, the command, the hardware and the time) -> upload OUT without collect/ if `--push-to` is given
-(leave it out to keep the folder local).
+Steps: collect into OUT/collect, decoding and timing every candidate greedily (resumable: rerun the same command
+after a crash) -> for each sampled temperature (`--temperatures`; Qwen3 samples at 0.6 by default), collect into
+OUT/collect/t<T> by replaying every candidate on one sampled answer per prompt -> fit one head per temperature on
+all prompts but a held-out share, every head priced by the greedy collect's timings -> evaluate on the held-out
+prompts against the best fixed size, the drafter's training size, transformers' prompt lookup and the per-prompt
+oracle -> write OUT (config, weights, plots and a card with the results, the command, the hardware and the time)
+-> upload OUT without collect/ if `--push-to` is given (leave it out to keep the folder local).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import torch
@@ -24,12 +26,15 @@ import torch
 from ...bench.metrics import geometric_mean
 from ...constants import CARD_NAME
 from ...decoding.stats import device_clock, tokens_per_second
+from ...generation import default_sampling
 from ...policy.cost import device_name
+from ...policy.head import BlockPolicy
+from ..answers import AnswerCache
 from .collect import CollectItem, collect, process_state
-from .collected import PromptRecord, read_records
+from .collected import CollectMeta, PromptRecord, read_records
 from .config import CollectConfig, FitConfig, MakePolicyJob
 from .evaluate import EvaluationReport, make_plots
-from .fit import fit_and_evaluate
+from .fit import combine_temperatures, fit_and_evaluate
 
 logger = logging.getLogger(__name__)
 
@@ -101,6 +106,50 @@ def evaluation_section(report: EvaluationReport, heldout: list[PromptRecord], lo
     return "\n".join(rows)
 
 
+def head_temperatures(job: MakePolicyJob, target) -> list[float]:
+    """The temperatures to make heads for: `--temperatures`, else greedy plus the temperature the target samples at
+    when `generate` gets no sampling arguments (its generation config; Qwen3: 0.6)."""
+    if job.temperatures is not None:
+        return job.temperatures
+    default = default_sampling(target.generation_config)
+    return [0.0] if default is None else sorted({0.0, default[0]})
+
+
+def sampled_collect_dir(out: Path, temperature: float) -> Path:
+    """Where the replayed collect at a sampled temperature goes (inside collect/, so it is never uploaded)."""
+    return out / COLLECT_DIR / f"t{temperature:g}"
+
+
+def heads_section(metas: list[CollectMeta]) -> str:
+    """The card's list of heads: which requests each serves and what it was collected on."""
+    lines = ["## Heads", ""]
+    for meta in metas:
+        if meta.temperature == 0:
+            lines.append("- T=0 (greedy requests): every candidate decoded and timed on the greedy answers.")
+        else:
+            sampling = f"top-k {meta.sample_top_k or 'off'}, top-p {meta.sample_top_p:g}"
+            lines.append(
+                f"- T={meta.temperature:g} (sampled requests): every candidate replayed on one sampled answer per "
+                f"prompt ({sampling}), priced by the greedy collect's timings."
+            )
+    lines.append("")
+    lines.append("A request uses the head trained nearest to its temperature.")
+    return "\n".join(lines)
+
+
+def fit_sampled_heads(
+    out: Path, temperatures: list[float], greedy: BlockPolicy, fit: FitConfig
+) -> tuple[BlockPolicy, list[CollectMeta]]:
+    """`greedy` combined with one head per sampled temperature, each fitted on its replayed collect (held-out
+    share left out, as for the greedy head) and priced by the greedy head's cost model; and the sampled metas."""
+    heads, metas = [greedy], []
+    for temperature in temperatures[1:]:
+        meta, records = read_records(sampled_collect_dir(out, temperature))
+        heads.append(fit_and_evaluate(meta, records, fit, greedy.config.cost)[0])
+        metas.append(meta)
+    return combine_temperatures(heads), metas
+
+
 def provenance_section(command: str, hardware: str, timings: Timings, train: int, heldout: int) -> str:
     import transformers
 
@@ -130,6 +179,11 @@ def make_policy(
     out = Path(job.out)
     clock = time.perf_counter()
     collect(target, drafter, items, out / COLLECT_DIR, collect_config)
+    temperatures = head_temperatures(job, target)
+    answers = AnswerCache(target, collect_config.max_new_tokens)
+    for temperature in temperatures[1:]:
+        sampled = replace(collect_config, replay=True, temperature=temperature)
+        collect(target, drafter, items, sampled_collect_dir(out, temperature), sampled, answers=answers)
     if not process_state().is_main_process:
         return None
     timings = Timings(collect=(time.perf_counter() - clock) / 60)
@@ -142,12 +196,14 @@ def make_policy(
             f"None of the {len(records)} prompts fell in the held-out share ({fit.heldout_fraction:.0%}); "
             "collect more prompts (--limit) or raise --heldout-fraction."
         )
+    policy, sampled_metas = fit_sampled_heads(out, temperatures, policy, fit)
     by_id = {item.prompt_id: item for item in items}
     lookup = prompt_lookup_speedups(target, [by_id[r.prompt_id] for r in heldout], meta.max_new_tokens)
     make_plots(policy, heldout, report, out / PLOTS_DIR)
     timings.evaluate = (time.perf_counter() - clock) / 60
     hardware = device_name(target.device)
     details = evaluation_section(report, heldout, lookup) + "\n\n"
+    details += heads_section([meta, *sampled_metas]) + "\n\n"
     details += provenance_section(command, hardware, timings, len(train), len(heldout))
     policy.save_pretrained(out, repo_id=job.push_to, card_details=details)
     if job.card_template:

@@ -78,12 +78,13 @@ def test_bench_loads_check_the_drafter_before_the_target(no_model_loads, tmp_pat
 
 
 def test_replay_is_refused_by_make_policy_and_cost_from_is_checked(no_model_loads, tmp_path, capsys):
-    """make-policy prices candidates with the times it measures, so it refuses --replay before loading anything;
+    """make-policy times its greedy collect and replays sampled heads itself, so it refuses --replay before loading
+    anything;
     train-policy names a bad --cost-from before reading the collect folder."""
     with pytest.raises(SystemExit) as exit_info:
         main(["make-policy", "--out", "unused", "--replay"])
     assert exit_info.value.code == 2
-    assert "collect --replay` then `blockpilot train-policy --cost-from" in capsys.readouterr().err
+    assert "name the heads with --temperatures (e.g. 0,0.6)" in capsys.readouterr().err
     with pytest.raises(SystemExit) as exit_info:
         main(["train-policy", str(tmp_path), "--out", "unused", "--cost-from", str(tmp_path / "nowhere")])
     assert exit_info.value.code == 2

@@ -1,20 +1,25 @@
-"""`blockpilot make-policy` end to end on a tiny Qwen3-architecture target with the real Qwen3 tokenizer and a
-z-lab-format drafter (mask id 151669): the folder it writes loads by path and by Hub id from an offline cache."""
+"""`blockpilot make-policy` end to end on a tiny Qwen3-architecture target with the real Qwen3 tokenizer, Qwen3's
+generation config (it samples at T=0.6, top-k 20, top-p 0.95) and a z-lab-format drafter (mask id 151669): the
+folder it writes has a greedy and a T=0.6 head and loads by path and by Hub id from an offline cache."""
 
 from __future__ import annotations
 
+import logging
 import shutil
 from pathlib import Path
 
 import huggingface_hub
 import pytest
 import torch
+from transformers import GenerationConfig
 
 from blockpilot_hf import BlockPolicy, DFlashDrafter
 from blockpilot_hf.cli import main
 from blockpilot_hf.embedded import load_target
 from blockpilot_hf.generation import enable
 from blockpilot_hf.testing_utils import QWEN3_MASK_ID, write_tiny_qwen3_pair
+from blockpilot_hf.training.policy.collected import CollectMeta
+from blockpilot_hf.training.policy.config import MakePolicyJob
 from blockpilot_hf.training.policy.make import read_card_template
 from tests.policy.conftest import offline_cache, populate  # noqa: F401  (fixture)
 
@@ -22,6 +27,7 @@ pytestmark = pytest.mark.usefixtures("private_cost_cache")
 
 PROMPTS = "gsm8k:policy,humaneval:policy"
 ROOT = Path(__file__).resolve().parents[3]
+QWEN3_SAMPLING = GenerationConfig(do_sample=True, temperature=0.6, top_k=20, top_p=0.95, eos_token_id=151645)
 
 
 def make_argv(target_dir, drafter_dir) -> list[str]:
@@ -36,6 +42,7 @@ def made(tmp_path_factory):
     """(target_dir, drafter_dir, policy folder) after one make-policy run (8 prompts, sizes 1-8, 6 tokens)."""
     root = tmp_path_factory.mktemp("make")
     target_dir, drafter_dir = write_tiny_qwen3_pair(root)
+    QWEN3_SAMPLING.save_pretrained(target_dir)
     out = root / "policies" / "tiny-qwen3"
     main([*make_argv(target_dir, drafter_dir), "--out", str(out)])
     return target_dir, drafter_dir, out
@@ -86,6 +93,35 @@ def test_made_policy_loads_by_folder_and_by_hub_id_offline(made, offline_cache):
         assert got.blockpilot.block_size in (1, 2, 4, 8)
 
 
+def test_a_sampling_target_gets_a_head_at_its_own_temperature(made, offline_cache, caplog):  # noqa: F811
+    """Qwen3 samples by default: make-policy adds a T=0.6 head, collected on answers sampled with the target's
+    top-k and top-p; a request with the target's default (sampled) settings uses it without a warning."""
+    target_dir, drafter_dir, out = made
+    policy = BlockPolicy.from_pretrained(out)
+    assert policy.config.temperatures == [0.0, 0.6] and len(policy.heads) == 2
+    assert policy.head_index(0.6) == 1 and any("at T=0.6" in r.name for r in policy.config.results)
+    meta = CollectMeta.load(out / "collect" / "t0.6")
+    assert (meta.temperature, meta.sample_top_k, meta.sample_top_p, meta.replayed) == (0.6, 20, 0.95, True)
+    assert "- T=0.6 (sampled requests)" in (out / "README.md").read_text()
+
+    target, tokenizer = load_target(str(target_dir))
+    drafter = DFlashDrafter.from_pretrained(drafter_dir, dtype=target.dtype)
+    inputs = tokenizer("What is 2 + 2?", return_tensors="pt")
+    populate(offline_cache, out, repo="blockpilot-test/tiny-qwen3-sampled")
+    with caplog.at_level(logging.WARNING):
+        got = enable(target).generate(
+            **inputs, max_new_tokens=6, assistant_model=drafter, block_policy="blockpilot-test/tiny-qwen3-sampled"
+        )
+    assert got.shape[1] == inputs["input_ids"].shape[1] + 6 or tokenizer.eos_token_id in got[0].tolist()
+    assert not [r for r in caplog.records if "temperature" in r.getMessage()]
+
+
+def test_temperatures_must_include_greedy(tmp_path):
+    assert MakePolicyJob(out=str(tmp_path), temperatures=[0.6, 0]).temperatures == [0.0, 0.6]
+    with pytest.raises(ValueError, match="include 0"):
+        MakePolicyJob(out=str(tmp_path), temperatures=[0.6])
+
+
 def test_rerun_resumes_and_push_leaves_collect_behind(made, monkeypatch):
     """A second run collects nothing new; --push-to uploads the folder without collect/."""
     target_dir, drafter_dir, out = made
@@ -101,8 +137,11 @@ def test_rerun_resumes_and_push_leaves_collect_behind(made, monkeypatch):
 
     monkeypatch.setattr(huggingface_hub, "HfApi", FakeApi)
     rows = sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl"))
-    main([*make_argv(target_dir, drafter_dir), "--out", str(out), "--push-to", "someone/tiny-qwen3"])
+    sampled = sorted(p.read_text() for p in (out / "collect" / "t0.6").glob("rows-*.jsonl"))
+    argv = [*make_argv(target_dir, drafter_dir), "--temperatures", "0.6,0", "--out", str(out)]
+    main([*argv, "--push-to", "someone/tiny-qwen3"])
     assert sorted(p.read_text() for p in (out / "collect").glob("rows-*.jsonl")) == rows
+    assert sorted(p.read_text() for p in (out / "collect" / "t0.6").glob("rows-*.jsonl")) == sampled
     assert calls["create"] == "someone/tiny-qwen3"
     assert calls["upload"]["folder_path"] == str(out) and calls["upload"]["ignore_patterns"] == ["collect/*"]
     assert 'policy = "someone/tiny-qwen3"' in (out / "README.md").read_text()
