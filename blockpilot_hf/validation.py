@@ -43,10 +43,16 @@ def check_compatible(target, drafter) -> None:
             f"Drafter hidden size {cfg.hidden_size} != target hidden size {hidden} ({name}): this drafter was made for "
             "another target. Use a drafter trained for this target (or train one: `blockpilot train-drafter`)."
         )
-    if cfg.vocab_size != rows or target.get_output_embeddings().weight.shape[0] != rows:
+    if cfg.vocab_size != rows:
         raise ValueError(
             f"Drafter vocabulary size {cfg.vocab_size} != target embedding rows {rows} ({name}): target and drafter "
             "must share a tokenizer and embedding table."
+        )
+    head_rows = target.get_output_embeddings().weight.shape[0]
+    if head_rows != rows:  # drafts come from the target's head: a wider one drafts ids its embedding lacks
+        raise ValueError(
+            f"The target's output head has {head_rows} rows but its embedding table {rows} ({name}): drafts would "
+            "name tokens the target cannot read back. Speculative decoding needs a head as wide as the embedding."
         )
     depth = target_num_layers(target)
     if max(cfg.target_layer_ids) >= depth:

@@ -224,6 +224,14 @@ def test_draft_vocabulary_beyond_the_target(target):
         generate(target, drafter)
 
 
+def test_target_head_wider_than_its_embedding():
+    """Drafts come from the target's head: ids past the embedding table would crash the verify pass, so refuse."""
+    wide = tiny_target()
+    wide.lm_head = torch.nn.Linear(wide.config.hidden_size, 100, bias=False, dtype=wide.dtype)
+    with pytest.raises(ValueError, match=r"output head has 100 rows but its embedding table 96"):
+        generate(wide, tiny_drafter(wide))
+
+
 def test_policy_against_records_of_another_setup():
     from types import SimpleNamespace
 
