@@ -10,7 +10,7 @@ from pathlib import Path
 
 from .constants import EMBEDDED_DRAFTER_DIR, EMBEDDED_POLICY_DIR
 
-TEMPLATES = Path(__file__).resolve().parent / "hub_cards"
+TEMPLATES = Path(__file__).resolve().parent / "card_templates"
 LICENSE = "apache-2.0"
 LIBRARY_NAME = "blockpilot-hf"
 # What the Use snippet of a shipped asset's card loads it by (a path that works from any directory).
@@ -72,5 +72,5 @@ def location_hint(folder: str | Path, repo_id: str | None) -> str:
 
 
 def render_template(template: str, **fields) -> str:
-    """Fill `blockpilot_hf/hub_cards/<template>` (str.format placeholders) with `fields`."""
+    """Fill `blockpilot_hf/card_templates/<template>` (str.format placeholders) with `fields`."""
     return (TEMPLATES / template).read_text(encoding="utf-8").format(**fields)

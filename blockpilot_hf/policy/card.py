@@ -30,7 +30,7 @@ def copy_ladder(cost: CostModel) -> str:
 
 
 def render_card(config: BlockPolicyConfig, num_parameters: int, location: str, details: str = "") -> str:
-    """Fill the template in `hub_cards/blockpilot_policy.md` from the config; `location` is the Python expression
+    """Fill the template in `card_templates/blockpilot_policy.md` from the config; `location` is the Python expression
     the Use snippet loads the policy by (see `cards.location_hint`), `details` markdown added at the end."""
     spec = config.features
     cost = config.cost
