@@ -20,6 +20,7 @@ from .decoding.stats import GenerationStats
 from .drafter import DFlashDrafter
 from .policy.resolve import resolve_block_policy
 from .validation import (
+    check_attention,
     check_batch_options,
     check_compatible,
     check_drafting_options,
@@ -139,6 +140,7 @@ def dflash_decoding(
     check_generation_config(generation_config, input_ids)
     check_compatible(model, drafter)
     check_target_cache(model)
+    check_attention(model, drafter)
     if drafter.dtype != model.dtype:
         logger.info(
             "Drafter in %s, target in %s: the drafter runs in its own dtype (inputs and outputs cast).",

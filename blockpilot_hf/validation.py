@@ -1,7 +1,7 @@
 """Checks that turn bad input into a specific error (what is wrong, what to do) instead of a wrong answer.
 
 Every compatibility check lives here: target + drafter (`check_compatible`), target cache (`check_target_cache`),
-policy + target + drafter (`check_policy_compatible`, `check_policy_sizes`), policy + collected records
+attention implementations (`check_attention`), policy + target + drafter (`check_policy_compatible`, `check_policy_sizes`), policy + collected records
 (`check_policy_fits_collection`), the inputs of one `generate` call, and what a batch of several rows cannot do
 (`check_batch_options`).
 """
@@ -12,6 +12,8 @@ import warnings
 from pathlib import Path
 
 import torch
+
+from .decoding.row_attention import ROW_ATTENTION
 
 MAX_BLOCK_FACTOR = 4  # any block size up to 4x the drafter's training block size is accepted
 
@@ -88,6 +90,24 @@ def check_target_cache(target) -> None:
             f"The target {name} has {', '.join(stateful)} layers, whose recurrent state cannot be rolled back after a rejected "
             "draft, so DFlash speculative decoding cannot be lossless on it. Call generate without assistant_model."
         )
+
+
+# Attention implementations the engine is proven with: they take its 4D masks (a tree's additive mask, a batch's
+# per-row key masks with holes) as given. ROW_ATTENTION is "sdpa" row by row, switched on inside the engine.
+SUPPORTED_ATTENTION = ("eager", "sdpa", ROW_ATTENTION)
+
+
+def check_attention(target, drafter) -> None:
+    """Refuse a target or drafter whose attention implementation is not in SUPPORTED_ATTENTION: flash, flex and
+    paged kernels do not take the engine's 4D float / bool masks, and would fail mid-decode or decode wrongly."""
+    for role, model in (("target", target), ("drafter", drafter)):
+        found = model.config.get_text_config(decoder=True)._attn_implementation
+        if found not in SUPPORTED_ATTENTION:
+            raise ValueError(
+                f"The {role} runs attn_implementation={found!r}, which cannot take the tree and per-row attention "
+                "masks of DFlash decoding (only 'eager' and 'sdpa' can). Switch it with "
+                f'`{role}.set_attn_implementation("sdpa")`, or load it with attn_implementation="sdpa".'
+            )
 
 
 def check_drafting_options(target, tree_budget: int | None, draft_sampling: bool, lookup_tokens: int) -> None:
