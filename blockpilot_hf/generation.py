@@ -153,11 +153,18 @@ def dflash_decoding(
         stopping_criteria.append(StopStringCriteria(blockpilot_tokenizer, blockpilot_stop_strings))
     check_drafting_options(model, blockpilot_tree_budget, blockpilot_draft_sampling, blockpilot_lookup_tokens)
     temperature = float(generation_config.temperature or 1.0) if generation_config.do_sample else 0.0
-    block = resolve_block_policy(
-        blockpilot_block_policy, blockpilot_block_size, drafter, model, blockpilot_draft_sampling, temperature
+    draft = resolve_block_policy(
+        blockpilot_block_policy,
+        blockpilot_block_size,
+        drafter,
+        model,
+        blockpilot_draft_sampling,
+        temperature,
+        blockpilot_tree_budget,
+        blockpilot_lookup_tokens,
     )
     common = dict(
-        block_size=block,
+        draft=draft,
         logits_processor=logits_processor,
         stopping_criteria=stopping_criteria,
         max_length=generation_config.max_length,
@@ -187,8 +194,6 @@ def dflash_decoding(
             draft_sampling=blockpilot_draft_sampling,
             streamer=blockpilot_streamer,
             padding=padding,
-            lookup_tokens=blockpilot_lookup_tokens,
-            tree_budget=blockpilot_tree_budget,
             **common,
         )
     if generation_config.return_dict_in_generate:

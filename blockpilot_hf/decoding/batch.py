@@ -1,7 +1,7 @@
 """Batched DFlash decoding: B left-padded prompts in one `generate` call, each row at its own block size (or, with
 a BlockPilot policy, at the one size that suits the batch best).
 
-    sequences, stats = batched_speculative_generate(target, drafter, input_ids, attention_mask, block_size=policy,
+    sequences, stats = batched_speculative_generate(target, drafter, input_ids, attention_mask, draft=policy,
                                                     logits_processor=..., stopping_criteria=..., max_length=...,
                                                     do_sample=False, pad_token_id=0)
 
@@ -29,6 +29,7 @@ from .acceptance import accept_greedy, accept_point_mass
 from .engine import BlockChooser, Prefill, _scorer, _Sequence, choose_shape
 from .kernels import with_cpu_kernels
 from .planner import StepPlanner
+from .shape import DraftShape
 from .stats import GenerationStats, StepRecord, StepTimer, device_clock
 
 # Logits processors holding one entry per batch row, by class name: the attributes a row's own copy is cut to.
@@ -42,7 +43,7 @@ def batched_speculative_generate(
     input_ids: torch.Tensor,
     attention_mask: torch.Tensor,
     *,
-    block_size: int | BlockChooser,
+    draft: DraftShape | BlockChooser,
     logits_processor: LogitsProcessorList,
     stopping_criteria: StoppingCriteriaList,
     max_length: int,
@@ -53,7 +54,7 @@ def batched_speculative_generate(
     """Generate for the left-padded rows `input_ids` (B, T) with `attention_mask` (B, T) (0 = padding).
 
     Returns the sequences (B, T + N), rows that stopped early filled with `pad_token_id` as plain batched
-    `generate` fills them, and one `GenerationStats` per row. `block_size` is an int for every row, or a
+    `generate` fills them, and one `GenerationStats` per row. `draft` is a chain `DraftShape` for every row, or a
     `BlockChooser` called once per row on that row's own `Prefill` (padding removed). Draft/verify times of a step
     are the batch's, recorded in every row that took part in it.
     """
@@ -96,7 +97,7 @@ def batched_speculative_generate(
         for i in range(batch)
     ]
     policy_start = time.perf_counter()
-    sizes, name = _row_sizes(block_size, prefills)
+    sizes, name = _row_sizes(draft, prefills)
     policy_time = (time.perf_counter() - policy_start) / batch
     stats = [
         GenerationStats(b, name, p.input_ids.shape[1], str(b), policy_time=policy_time)
@@ -205,19 +206,19 @@ def batched_speculative_generate(
     return torch.cat([row.buffer[:, :length] for row in rows]), stats
 
 
-def _row_sizes(block_size: int | BlockChooser, prefills: list[Prefill]) -> tuple[list[int], str]:
+def _row_sizes(draft: DraftShape | BlockChooser, prefills: list[Prefill]) -> tuple[list[int], str]:
     """Each row's block size and the chooser's name.
 
     A chooser whose `choose_batch(prefills)` gives a size (a BlockPilot policy) sets it for every row: each step
     verifies the widest block for every row anyway (a shorter block is padded with holes), so what matters is the
     size with the best predicted throughput of the whole batch. Other choosers are asked row by row."""
-    batch_rule = getattr(block_size, "choose_batch", None)
+    batch_rule = getattr(draft, "choose_batch", None)
     shared = batch_rule(prefills) if batch_rule is not None else None
     if shared is not None:
-        return [shared] * len(prefills), block_size.name
+        return [shared] * len(prefills), draft.name
     sizes = []
     for i, prefill in enumerate(prefills):
-        shape, name = choose_shape(block_size, prefill)
+        shape, name = choose_shape(draft, prefill)
         if isinstance(shape, StepPlanner):
             raise ValueError(
                 f"block_policy {name!r} chooses per step, which runs one request at a time; a batch drafts one chain "

@@ -1,6 +1,6 @@
 """The DFlash decoding loop for one request: prefill, then draft a block, verify it, commit, crop, repeat.
 
-    tokens, stats = speculative_generate(target, drafter, input_ids, block_size=8,
+    tokens, stats = speculative_generate(target, drafter, input_ids, draft=DraftShape(8),
                                          logits_processor=..., stopping_criteria=..., do_sample=False)
 
 Losslessness: every committed token is the target's own choice (argmax, or a sample of its processed
@@ -54,18 +54,13 @@ class BlockChooser(Protocol):
     def __call__(self, prefill: Prefill) -> int | DraftShape | StepPlanner: ...
 
 
-def choose_shape(
-    block_size: int | BlockChooser, prefill: Prefill, tree_budget: int | None = None, lookup_tokens: int = 0
-) -> tuple[DraftShape | StepPlanner, str]:
-    """The request's draft shape (or step planner) and the name its stats record.
-
-    A fixed size, or a size a chooser returns, drafts with the call's `tree_budget` / `lookup_tokens`; a chooser
-    that returns a `DraftShape` (a BlockPilot policy over shapes) or a `StepPlanner` decides those itself."""
-    chosen = block_size(prefill) if callable(block_size) else block_size
-    name = block_size.name if callable(block_size) else f"fixed:{block_size}"
-    if isinstance(chosen, (DraftShape, StepPlanner)):
-        return chosen, name
-    return DraftShape(chosen, (tree_budget or 0) if chosen > 1 else 0, lookup_tokens), name
+def choose_shape(draft: DraftShape | BlockChooser, prefill: Prefill) -> tuple[DraftShape | StepPlanner, str]:
+    """The request's draft shape (or step planner) and the name its stats record ("fixed:<shape>" for a fixed
+    shape, else the chooser's `name`). A chooser's bare block size means a chain of that size."""
+    if isinstance(draft, DraftShape):
+        return draft, f"fixed:{draft}"
+    chosen = draft(prefill)
+    return (chosen if isinstance(chosen, (DraftShape, StepPlanner)) else DraftShape(chosen)), draft.name
 
 
 @dataclass
@@ -149,7 +144,7 @@ def speculative_generate(
     drafter,
     input_ids: torch.Tensor,
     *,
-    block_size: int | BlockChooser,
+    draft: DraftShape | BlockChooser,
     logits_processor: LogitsProcessorList,
     stopping_criteria: StoppingCriteriaList,
     max_length: int,
@@ -158,8 +153,6 @@ def speculative_generate(
     streamer=None,
     generator: torch.Generator | None = None,
     padding: torch.Tensor | None = None,
-    lookup_tokens: int = 0,
-    tree_budget: int | None = None,
 ) -> tuple[torch.Tensor, GenerationStats]:
     """Generate for one row `input_ids` (1, T); returns the full sequence (1, P + T + new) and its statistics.
 
@@ -167,19 +160,20 @@ def speculative_generate(
     criteria and streamer see (so `min_new_tokens`, repetition penalty and `max_length` count it), but that the
     models never attend to; it is never fed to them here. `max_length` counts it too.
 
-    `block_size` is an int or a `BlockChooser` that picks one (or a whole `DraftShape`: chain, tree, lookup) from
-    the `Prefill` (BlockPilot); the stats record the chooser's `name` (or "fixed:N") and the shape that ran. Block
-    size 1 is plain decoding with no drafter pass. `draft_sampling` samples drafts from the drafter and uses
-    rejection sampling; the default drafts argmax tokens and accepts them with the exact point-mass rule.
+    `draft` is a fixed `DraftShape`, or a `BlockChooser` that picks one (or a `StepPlanner` that chooses at every
+    step) from the `Prefill` (BlockPilot); the stats record the chooser's `name` (or "fixed:<shape>") and the shape
+    that ran. `draft_sampling` samples drafts from the drafter and uses rejection sampling; the default drafts
+    argmax tokens and accepts them with the exact point-mass rule. A shape's parts:
 
-    `lookup_tokens` > 0 turns on prompt lookup: a step whose last n-gram recurred earlier in the text drafts up
-    to that many tokens copied from after the copy instead of running the drafter (a free, model-free draft that
-    is accepted by the same exact rules); other steps draft as above.
-
-    `tree_budget` N verifies a draft tree of up to N nodes instead of the drafter's argmax chain (`tree.py`):
-    the most likely continuations under the drafter's per-position distributions, in one target pass. With prompt
-    lookup on too, a copied continuation joins that tree as one more branch (up to `lookup_tokens` more nodes)
-    instead of replacing the drafter's step.
+    - `block_size` k: a chain of k-1 drafted tokens per step, verified in one pass; 1 is plain decoding with no
+      drafter pass.
+    - `lookup_tokens` n > 0 turns on prompt lookup: a step whose last n-gram recurred earlier in the text drafts up
+      to n tokens copied from after the copy instead of running the drafter (a free, model-free draft that is
+      accepted by the same exact rules); other steps draft as above.
+    - `tree_budget` N verifies a draft tree of up to N nodes instead of the drafter's argmax chain (`tree.py`):
+      the most likely continuations under the drafter's per-position distributions, in one target pass. With
+      prompt lookup on too, a copied continuation joins that tree as one more branch instead of replacing the
+      drafter's step.
     """
     device = input_ids.device
     start = device_clock(device)
@@ -200,7 +194,7 @@ def speculative_generate(
     _record_past(target_cache)
     prefill = Prefill(input_ids, logits, hidden[final_index][:, -1], drafter.context_features(hidden))
     policy_start = time.perf_counter()
-    shape, name = choose_shape(block_size, prefill, tree_budget, lookup_tokens)
+    shape, name = choose_shape(draft, prefill)
     planner = shape if isinstance(shape, StepPlanner) else None
     if planner is not None:  # the largest step it may take, for the stats; it chooses within it every step
         shape = DraftShape(planner.max_depth + 1, planner.max_nodes, planner.max_lookup)

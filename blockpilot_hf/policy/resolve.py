@@ -1,4 +1,4 @@
-"""Turn the `block_size` / `block_policy` arguments of `generate` into a block size or a per-request chooser.
+"""Turn the `block_size` / `block_policy` arguments of `generate` into a fixed `DraftShape` or a chooser.
 
 `block_policy` may be an int, `"fixed:N"` (N a block size or a draft shape such as `8+tree16`), a policy folder, a
 Hub id of one, a `BlockPolicy`, or any callable taking a `Prefill` and returning an int or a `DraftShape`. Whatever a
@@ -15,10 +15,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..decoding.engine import BlockChooser, Prefill
-from ..decoding.planner import StepCosts
+from ..decoding.planner import StepCosts, StepPlanner
 from ..decoding.shape import DraftShape
-from ..validation import check_block_size, check_policy_compatible, check_policy_sizes, check_shape
-from .baselines import FixedPolicy
+from ..validation import check_policy_compatible, check_policy_sizes, check_shape
 from .config import CostModel
 from .step import PerStepPolicy
 
@@ -31,24 +30,37 @@ logger = logging.getLogger(__name__)
 
 
 def resolve_block_policy(
-    block_policy, block_size, drafter, target, draft_sampling: bool = False, temperature: float = 0.0
-) -> int | BlockChooser:
-    """Return a fixed block size or a `BlockChooser` (whose answers are checked) for the engine.
+    block_policy,
+    block_size,
+    drafter,
+    target,
+    draft_sampling: bool = False,
+    temperature: float = 0.0,
+    tree_budget: int | None = None,
+    lookup_tokens: int = 0,
+) -> DraftShape | BlockChooser:
+    """Return a fixed `DraftShape` or a `BlockChooser` (whose answers are checked) for the engine.
 
-    Accepts an int or `"fixed:N"` for a fixed size (`"fixed:8+tree16"` for a fixed shape); none of both means the
-    drafter's training block size. A `BlockPolicy` is used as it is, never modified: this machine's calibration
-    and the request's sampling `temperature` (0 = greedy; it picks the policy's head) travel with the returned
-    chooser.
+    An int or `"fixed:N"` is a fixed block size, drafted with the call's `tree_budget` / `lookup_tokens`
+    (`"fixed:8+tree16"` is a whole fixed shape); none of both means the drafter's training block size. A
+    `BlockPolicy` is used as it is, never modified: this machine's calibration and the request's sampling
+    `temperature` (0 = greedy; it picks the policy's head) travel with the returned chooser.
     """
     if block_policy is not None and block_size is not None:
         raise ValueError("Pass either `block_size` or `block_policy`, not both.")
-    if block_policy is None:
-        return check_block_size(drafter.config.block_size if block_size is None else block_size, drafter)
-    if isinstance(block_policy, int) and not isinstance(block_policy, bool):
-        return check_block_size(block_policy, drafter)
+    options = dict(tree_budget=tree_budget, lookup_tokens=lookup_tokens)
+
+    def fixed(size: int | DraftShape) -> DraftShape:
+        return with_call_options(check_shape(size, target, drafter, draft_sampling), **options)
+
+    def checked(chooser: BlockChooser) -> CheckedChooser:
+        return CheckedChooser(chooser, target, drafter, draft_sampling, **options)
+
+    if block_policy is None or (isinstance(block_policy, int) and not isinstance(block_policy, bool)):
+        size = block_policy if block_policy is not None else block_size
+        return fixed(drafter.config.block_size if size is None else size)
     if block_policy == PER_STEP:
-        chooser = PerStepPolicy(step_costs_for(target, drafter, None), drafter.config.block_size - 1)
-        return CheckedChooser(chooser, target, drafter, draft_sampling)
+        return checked(PerStepPolicy(step_costs_for(target, drafter, None), drafter.config.block_size - 1))
     if isinstance(block_policy, str) and block_policy.startswith("fixed:"):
         try:
             shape = DraftShape.parse(block_policy.removeprefix("fixed:"))
@@ -57,18 +69,15 @@ def resolve_block_policy(
                 f"block_policy {block_policy!r}: expected 'fixed:N' with an integer N, or a draft shape such as "
                 f"'fixed:8+tree16' ({err})"
             ) from err
-        if shape.is_chain:
-            return check_block_size(shape.block_size, drafter)
-        return CheckedChooser(FixedPolicy(shape), target, drafter, draft_sampling)
+        return fixed(shape.block_size if shape.is_chain else shape)
     from .head import BlockPolicy
 
     if isinstance(block_policy, (str, os.PathLike)):
         block_policy = BlockPolicy.from_pretrained(block_policy)
     if isinstance(block_policy, BlockPolicy):
-        chooser = _prepare_policy(block_policy, drafter, target, draft_sampling, temperature)
-        return CheckedChooser(chooser, target, drafter, draft_sampling)
+        return checked(_prepare_policy(block_policy, drafter, target, draft_sampling, temperature))
     if callable(block_policy):
-        return CheckedChooser(as_chooser(block_policy), target, drafter, draft_sampling)
+        return checked(as_chooser(block_policy))
     raise ValueError(
         f"Unknown block_policy {block_policy!r} ({type(block_policy).__name__}): pass an int, 'fixed:N', 'per-step', "
         "a policy folder or Hub id, a BlockPolicy, or a callable taking a Prefill and returning an int or a DraftShape."
@@ -113,6 +122,16 @@ class CalibratedPolicy:
         return self.policy.choose_batch(prefills, cost=self.cost, temperature=self.temperature)
 
 
+def with_call_options(
+    shape: int | DraftShape | StepPlanner, tree_budget: int | None, lookup_tokens: int
+) -> DraftShape | StepPlanner:
+    """A bare block size drafted with the call's `tree_budget` (above size 1) and `lookup_tokens`; a `DraftShape`
+    or `StepPlanner` (a policy over shapes, per-step choice) decides those itself."""
+    if not isinstance(shape, int):
+        return shape
+    return DraftShape(shape, (tree_budget or 0) if shape > 1 else 0, lookup_tokens)
+
+
 @dataclass
 class CheckedChooser:
     """A chooser whose answer is checked against the target, drafter and options (`check_shape`), so a bad answer
@@ -122,13 +141,15 @@ class CheckedChooser:
     target: object
     drafter: object
     draft_sampling: bool = False
+    tree_budget: int | None = None  # the call's options, for answers that are a bare block size
+    lookup_tokens: int = 0
 
     @property
     def name(self) -> str:
         return self.chooser.name
 
-    def __call__(self, prefill: Prefill) -> int | DraftShape:
-        return self._check(self.chooser(prefill))
+    def __call__(self, prefill: Prefill) -> DraftShape | StepPlanner:
+        return with_call_options(self._check(self.chooser(prefill)), self.tree_budget, self.lookup_tokens)
 
     def choose_batch(self, prefills: list[Prefill]) -> int | None:
         """One size for a whole batch when the wrapped chooser has a batch rule (`BlockPolicy.choose_batch`), else
