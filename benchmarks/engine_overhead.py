@@ -17,13 +17,38 @@ from __future__ import annotations
 import argparse
 import statistics
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from blockpilot_hf import DFlashDrafter
 from blockpilot_hf.decoding.stats import GenerationStats, device_clock
-from blockpilot_hf.testing_utils import BENCH_SHAPES, OracleDrafter, bench_pair, drafted_greedy
+from blockpilot_hf.testing_utils import BENCH_SHAPES, OracleDrafter, bench_pair, drafted_greedy, random_prompt
+
+
+@dataclass
+class Overhead:
+    """(a) at one block size: ms per committed token of our engine and of the bare forwards it ran."""
+
+    block_size: int
+    steps: int
+    tau: float
+    engine_ms_per_token: float
+    bare_ms_per_token: float
+    overhead_percent: float  # of the medians; the goal is < 5
+    min_overhead_percent: float  # of the fastest runs
+    identical: bool  # output equal to plain greedy (always in float32; half precision may part at a near-tie)
+
+
+@dataclass
+class VersusInTree:
+    """(b) at one block size: tokens per second of our loop and of transformers' speculation_type="dflash"."""
+
+    block_size: int
+    ours_tokens_per_second: float
+    in_tree_tokens_per_second: float
+    ratio: float  # ours / theirs; the goal is >= 1
 
 
 def timed(fn: Callable[[], object], device: torch.device) -> tuple[float, object]:
@@ -64,7 +89,8 @@ def bare_replay(
         anchor += step.accepted + 1
 
 
-def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_size: int, repeats: int) -> None:
+def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_size: int, repeats: int) -> Overhead:
+    """(a): our engine with an always-right drafter vs a replay of its forwards alone, printed and returned."""
     reference = target.generate(input_ids=prompt, max_new_tokens=new_tokens, do_sample=False)
     oracle = OracleDrafter.from_drafter(drafter, reference)
 
@@ -72,7 +98,8 @@ def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_si
         return drafted_greedy(target, oracle, prompt, new_tokens, block_size=block_size)
 
     _, out = timed(engine, target.device)  # warm-up, and the steps to replay
-    if not torch.equal(out.sequences, reference):  # float32 is exact; half precision may part at a near-tie
+    identical = torch.equal(out.sequences, reference)
+    if not identical:  # float32 is exact; half precision may part at a near-tie
         print(f"    note: block {block_size} output parts from plain greedy in {target.dtype} (rounding, not a bug)")
     stats = out.blockpilot
     timed(lambda: bare_replay(target, oracle, reference, prompt.shape[1], stats), target.device)
@@ -80,17 +107,30 @@ def overhead_vs_bare_forwards(target, drafter, prompt, new_tokens: int, block_si
     for _ in range(repeats):  # interleaved, so drift in machine load hits both arms alike
         ours.append(timed(engine, target.device)[0])
         bare.append(timed(lambda: bare_replay(target, oracle, reference, prompt.shape[1], stats), target.device)[0])
-    per_token_ours = statistics.median(ours) / new_tokens * 1e3
-    per_token_bare = statistics.median(bare) / new_tokens * 1e3
-    print(f"(a) oracle drafter, block {block_size}: {len(stats.steps)} steps, tau {stats.tau:.2f}, {new_tokens} tokens")
-    print(f"    engine via generate(): {per_token_ours:.2f} ms/token   bare forwards: {per_token_bare:.2f} ms/token")
-    print(
-        f"    overhead: {100 * (per_token_ours / per_token_bare - 1):+.1f} %  (goal < 5 %)"
-        f"   [min-based: {100 * (min(ours) / min(bare) - 1):+.1f} %]"
+    result = Overhead(
+        block_size=block_size,
+        steps=len(stats.steps),
+        tau=stats.tau,
+        engine_ms_per_token=statistics.median(ours) / new_tokens * 1e3,
+        bare_ms_per_token=statistics.median(bare) / new_tokens * 1e3,
+        overhead_percent=100 * (statistics.median(ours) / statistics.median(bare) - 1),
+        min_overhead_percent=100 * (min(ours) / min(bare) - 1),
+        identical=identical,
     )
+    print(f"(a) oracle drafter, block {block_size}: {result.steps} steps, tau {result.tau:.2f}, {new_tokens} tokens")
+    print(
+        f"    engine via generate(): {result.engine_ms_per_token:.2f} ms/token   "
+        f"bare forwards: {result.bare_ms_per_token:.2f} ms/token"
+    )
+    print(
+        f"    overhead: {result.overhead_percent:+.1f} %  (goal < 5 %)"
+        f"   [min-based: {result.min_overhead_percent:+.1f} %]"
+    )
+    return result
 
 
-def ours_vs_in_tree(target, drafter, prompt, new_tokens: int, block_size: int, repeats: int) -> None:
+def ours_vs_in_tree(target, drafter, prompt, new_tokens: int, block_size: int, repeats: int) -> VersusInTree:
+    """(b): our loop vs transformers' in-tree DFlash loop with the same random drafter, printed and returned."""
     common = dict(
         input_ids=prompt,
         max_new_tokens=new_tokens,
@@ -118,6 +158,7 @@ def ours_vs_in_tree(target, drafter, prompt, new_tokens: int, block_size: int, r
         f"(b) random drafter, block {block_size}, {new_tokens} tokens: ours {ours_tps:.1f} tok/s, "
         f"transformers speculation_type='dflash' {theirs_tps:.1f} tok/s, ratio {ours_tps / theirs_tps:.2f} (goal >= 1)"
     )
+    return VersusInTree(block_size, ours_tps, theirs_tps, ours_tps / theirs_tps)
 
 
 def main() -> None:
@@ -137,9 +178,7 @@ def main() -> None:
     dtype = getattr(torch, args.dtype)
     target, drafter = bench_pair(args.shape, seed=0, block_size=sizes[-1], device=device, dtype=dtype)
     n_params = sum(p.numel() for p in target.parameters()) / 1e6
-    vocab = target.config.vocab_size
-    prompt = torch.randint(1, vocab - 1, (1, args.prompt_tokens), generator=torch.Generator().manual_seed(0))
-    prompt = prompt.to(device)
+    prompt = random_prompt(0, args.prompt_tokens, target.config.vocab_size).to(device)
     hardware = torch.cuda.get_device_name(device) if device.type == "cuda" else f"CPU, {args.threads} thread(s)"
     print(
         f"target: random Qwen3 ({args.shape}), {n_params:.0f}M params, {args.dtype}, on {hardware}; drafter: "

@@ -105,6 +105,8 @@ def tiny_drafter(target, seed: int = 1, block_size: int = 8, layers: int = 1, **
 
 # Random-weight targets for the engine benchmark: name -> (tiny_target arguments, drafter layers, drafter FFN)
 BENCH_SHAPES = {
+    # the Qwen3-4B layout in miniature (8 layers, so z-lab's 5 read layers stay distinct): dry runs, in seconds
+    "tiny": (dict(vocab=VOCAB, layers=8, hidden=32, intermediate=64, heads=4, kv_heads=2), 1, 48),
     # ~60M parameters: CPU-sized
     "cpu-sized": (dict(vocab=32_000, layers=8, hidden=512, intermediate=1536, heads=8, kv_heads=4), 2, 1536),
     # Qwen3-4B's shape, with a drafter shaped like z-lab's Qwen3-4B-DFlash-b16 (5 layers, 5 target layers read)
@@ -367,7 +369,7 @@ class OracleDrafter(DFlashDrafter):
     ) -> OracleDrafter:
         """`reference` (B, N) or B lists: per row the full sequence (prompt + continuation, no padding) the target
         will produce."""
-        oracle = cls(drafter.config).to(drafter.dtype)
+        oracle = cls(drafter.config).to(device=drafter.device, dtype=drafter.dtype)
         oracle.load_state_dict(drafter.state_dict())
         oracle.reference = [list(map(int, row)) for row in reference]
         oracle.mistakes = set(mistakes)
