@@ -1,6 +1,6 @@
 """On a CUDA device: lossless in float32, bfloat16 / float16 targets with a drafter in another dtype, and per-step
 timing with CUDA events (no device synchronisation per step). Skipped without CUDA; run with `-m gpu`
-(benchmarks/gpu_check.sh runs these and the engine-overhead benchmark on one prepared call)."""
+(benchmarks/gpu_check.sh runs these after benchmarks/gpu_check.py, in one prepared call)."""
 
 from __future__ import annotations
 
