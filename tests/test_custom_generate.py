@@ -72,3 +72,19 @@ def test_custom_generate_errors_are_ours(repo):
             custom_generate=repo,
             trust_remote_code=True,
         )
+
+
+def test_custom_generate_takes_batches_and_draft_shapes(repo):
+    """The card's promise: the same router as `enable()`, so left-padded batches and `fixed:` shapes (a tree with
+    prompt lookup) decode identically to plain greedy `generate`."""
+    target = tiny_target(seed=0, enabled=False)
+    drafter = tiny_drafter(target)
+    common = dict(max_new_tokens=12, do_sample=False, custom_generate=repo, trust_remote_code=True)
+    ids = torch.cat([random_prompt(43, 6), random_prompt(44, 6)])
+    mask = torch.ones_like(ids)
+    ids[1, :2], mask[1, :2] = target.generation_config.pad_token_id or 0, 0  # row 1 left-padded
+    batch = target.generate(input_ids=ids, attention_mask=mask, assistant_model=drafter, block_size=4, **common)
+    assert torch.equal(batch, target.generate(input_ids=ids, attention_mask=mask, max_new_tokens=12, do_sample=False))
+    prompt = random_prompt(45, 6)
+    tree = target.generate(input_ids=prompt, assistant_model=drafter, block_policy="fixed:4+tree6+lookup4", **common)
+    assert torch.equal(tree, plain_greedy(target, prompt, 12))

@@ -16,6 +16,6 @@ from blockpilot_hf.generation import generate_with_drafter
 
 
 def generate(model, *args, **kwargs):
-    """Generate with `model`; a `DFlashDrafter` passed as `assistant_model` runs blockpilot's engine
-    (`block_size`, `block_policy`, `draft_sampling` accepted), anything else is plain `generate`."""
+    """Generate with `model`; a `DFlashDrafter` passed as `assistant_model` runs blockpilot's engine (every
+    argument `blockpilot_hf.enable` adds is accepted), anything else is plain `generate`."""
     return generate_with_drafter(functools.partial(GenerationMixin.generate, model), *args, **kwargs)
