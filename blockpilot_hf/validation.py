@@ -1,9 +1,9 @@
 """Checks that turn bad input into a specific error (what is wrong, what to do) instead of a wrong answer.
 
 Every compatibility check lives here: target + drafter (`check_compatible`), target cache (`check_target_cache`),
-attention implementations (`check_attention`), policy + target + drafter (`check_policy_compatible`, `check_policy_sizes`), policy + collected records
-(`check_policy_fits_collection`), the inputs of one `generate` call, and what a batch of several rows cannot do
-(`check_batch_options`).
+attention implementations (`check_attention`), policy + target + drafter (`check_policy_compatible`,
+`check_policy_sizes`), policy + collected records (`check_policy_fits_collection`), the inputs of one `generate`
+call, and what a batch of several rows cannot do (`check_batch_options`).
 """
 
 from __future__ import annotations

@@ -47,8 +47,9 @@ def plain_answer(
 
 class AnswerCache:
     """`plain_answer` of one target, remembered by everything that decides it: the target and its dtype, the input
-    ids, the temperature, the seed, top-k and top-p (when sampling) and `max_new_tokens`. Rows of other settings in the same file are
-    never returned, so one file may hold several kinds, and a file from another target can only miss.
+    ids, the temperature, the seed, top-k and top-p (when sampling) and `max_new_tokens`. Rows of other settings in
+    the same file are never returned, so one file may hold several kinds, and a file from another target can only
+    miss.
 
     With `path`, answers are read from and appended to that JSONL file (one row each: key, start, tokens, seconds;
     `jsonl` rules, so a crash loses at most the answer in flight)."""
