@@ -92,7 +92,7 @@ def test_every_option_has_help_and_shows_its_default_once(name, capsys):
         (["regenerate", "--out", "r.jsonl", "--sources", "gsm8k,nosuch"], "--sources: nosuch cannot be used"),
         (["text-data", "--out", "t.jsonl", "--limit-per-source", "0"], "--limit-per-source must be >= 1"),
         (["self-instruct", "--out", "s.jsonl", "--two-turn-share", "2"], "--two-turn-share must be in [0, 1]"),
-        (["train-drafter", "--mixed-precision", "fp8"], "mixed_precision must be no, bf16 or fp16"),
+        (["train-drafter", "--mixed-precision", "fp8"], "mixed_precision must be no, bf16, fp16 or auto"),
         (["train-drafter"], "--data is required"),
         (["nosuch"], "invalid choice: 'nosuch'"),
     ],

@@ -10,6 +10,7 @@ Options come from the config dataclasses in `config.py`; torch loads only once a
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ...cli_args import Command, UsageError
@@ -26,8 +27,24 @@ def run_train(config: DrafterTrainingConfig) -> None:
 
     from .recipe import train_drafter
 
+    config = dataclasses.replace(config, mixed_precision=resolve_mixed_precision(config.mixed_precision))
     final = train_drafter(config, Accelerator(mixed_precision=config.mixed_precision))
     print(f"drafter saved to {final}")
+
+
+def resolve_mixed_precision(value: str) -> str:
+    """`auto` -> bf16 where the training device computes bfloat16 natively, else no (full float32).
+
+    A CPU without AVX512-BF16 or AMX emulates bfloat16 matrix products: measured on a 2-core AVX2 EPYC, one
+    target pass over 600 tokens took 9.5 s under bf16 autocast against 1.7 s in float32.
+    """
+    if value != "auto":
+        return value
+    import torch
+
+    if torch.cuda.is_available():
+        return "bf16" if torch.cuda.is_bf16_supported() else "no"
+    return "bf16" if torch.cpu._is_avx512_bf16_supported() or torch.cpu._is_amx_tile_supported() else "no"
 
 
 def run_regenerate(config: RegenerateConfig) -> None:

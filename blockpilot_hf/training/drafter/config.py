@@ -162,8 +162,11 @@ class DrafterTrainingConfig:
     seed: int = field(default=0, metadata={"help": "random seed"})
     save_dtype: str = field(default="bfloat16", metadata={"help": "dtype of the saved drafter weights"})
     mixed_precision: str = field(
-        default="bf16",
-        metadata={"help": "accelerate mixed precision: no | bf16 | fp16 (bf16 also speeds up CPUs with AVX512-BF16)"},
+        default="auto",
+        metadata={
+            "help": "accelerate mixed precision: no | bf16 | fp16 | auto (bf16 where the device computes it natively: "
+            "a bf16 GPU, or a CPU with AVX512-BF16 or AMX; else no, since emulated bf16 is several times slower)"
+        },
     )
 
     def __post_init__(self) -> None:
@@ -179,5 +182,5 @@ class DrafterTrainingConfig:
         if not 0 <= self.val_percent < 100:
             raise ValueError(f"val_percent must be in [0, 100), got {self.val_percent}.")
         check_choice("--save-dtype", self.save_dtype, DTYPES)
-        if self.mixed_precision not in ("no", "bf16", "fp16"):
-            raise ValueError(f"mixed_precision must be no, bf16 or fp16, got {self.mixed_precision!r}.")
+        if self.mixed_precision not in ("no", "bf16", "fp16", "auto"):
+            raise ValueError(f"mixed_precision must be no, bf16, fp16 or auto, got {self.mixed_precision!r}.")

@@ -336,3 +336,20 @@ def test_every_turn_of_a_chat_lands_on_the_validation_side_of_its_first_turn():
     assert 0 < len(held) < len(chats)  # the split holds some chats out, not all
     for chat in chats:  # with a hash of the row id alone, some second turns land apart from their first
         assert is_heldout(f"{chat}/turn2", 0.1) == is_heldout(chat, 0.1)
+
+
+@pytest.mark.parametrize(
+    ("cuda", "cuda_bf16", "cpu_bf16", "expected"),
+    [(True, True, False, "bf16"), (True, False, True, "no"), (False, False, True, "bf16"), (False, False, False, "no")],
+)
+def test_auto_mixed_precision_takes_bf16_only_where_the_device_computes_it(
+    monkeypatch, cuda, cuda_bf16, cpu_bf16, expected
+):
+    from blockpilot_hf.training.drafter.cli import resolve_mixed_precision
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
+    monkeypatch.setattr(torch.cuda, "is_bf16_supported", lambda: cuda_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: cpu_bf16)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False)
+    assert resolve_mixed_precision("auto") == expected
+    assert resolve_mixed_precision("fp16") == "fp16"
