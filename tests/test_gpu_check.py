@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = {"float32", "make_policy", "bfloat16", "overhead", "versus_transformers", "calibrate"}
 
@@ -30,6 +32,7 @@ def dry_run(out: Path) -> dict:
     return json.loads(out.read_text(encoding="utf-8"))
 
 
+@pytest.mark.slow
 def test_dry_run_writes_every_part_with_sane_values(tmp_path):
     check = dry_run(tmp_path / "gpu_check.json")
     assert check["errors"] == {} and set(check["seconds"]) == PARTS

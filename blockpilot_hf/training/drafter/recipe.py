@@ -357,7 +357,9 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
 
     # 3. Loop: one optimizer step per `sequences_per_step` sequences, each sequence one packed forward.
     generator = torch.Generator().manual_seed(cfg.seed + state["step"])
+    # Wall clock (it counts pauses) and this process's CPU time (all its threads), both cumulative over resumes.
     start_time, elapsed_before = time.time(), state["elapsed"]
+    start_cpu, cpu_before = time.process_time(), state.get("cpu_seconds", 0.0)
     bar = tqdm(total=total_steps, initial=state["step"], desc="train-drafter", disable=not accelerator.is_main_process)
     metrics = JsonlWriter(out / METRICS_NAME)  # steps redone after a resume are appended again; the last one wins
 
@@ -392,12 +394,14 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         optimizer.zero_grad()
         state["step"] += 1
         elapsed = elapsed_before + time.time() - start_time
+        cpu_seconds = cpu_before + time.process_time() - start_cpu
         record = {
             "step": state["step"],
             "loss": sum(losses) / len(losses),
             "acc1": sum(accs) / len(accs),
             "lr": schedule.get_last_lr()[0],
             "minutes": elapsed / 60,
+            "cpu_hours": cpu_seconds / 3600,
             "sequences_seen": state["step"] * cfg.sequences_per_step,
         }
         out_of_time = cfg.max_minutes and elapsed > cfg.max_minutes * 60
@@ -408,7 +412,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
         if accelerator.is_main_process:
             metrics.append(record)
         if state["step"] % cfg.save_every == 0 or state["step"] == total_steps or out_of_time:
-            state["elapsed"] = elapsed
+            state.update(elapsed=elapsed, cpu_seconds=cpu_seconds)
             _checkpoint(accelerator, out, state)
             if accelerator.is_main_process:  # loadable as it stands: replay it, warm-start from it, or ship it
                 save_drafter(accelerator.unwrap_model(drafter), out / "checkpoint" / "drafter", keep, cfg)
@@ -534,4 +538,4 @@ def _resume(accelerator, out: Path, init_from: str | None) -> dict:
             shutil.copy(committed.parent / METRICS_NAME, out / METRICS_NAME)  # one curve across machines
         logger.warning("Continuing %s at step %d with a fresh optimizer state", init_from, state["step"])
         return {**state, "continued": True}
-    return {"step": 0, "elapsed": 0.0}
+    return {"step": 0, "elapsed": 0.0, "cpu_seconds": 0.0}

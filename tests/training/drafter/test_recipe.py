@@ -200,11 +200,16 @@ def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
     assert lrs == pytest.approx(expected) and lrs[-1] == 0.0 and max(lrs) == pytest.approx(cfg.lr)
 
 
-def test_a_committed_run_folder_continues_on_a_new_machine(tmp_path):
+def test_a_committed_run_folder_continues_on_a_new_machine(tmp_path, monkeypatch):
     """What a session commits (the checkpoint's drafter, progress.json, metrics.jsonl), given as --init-from to
-    a fresh out folder: training goes on at the committed step, with the learning-rate schedule where it was and
-    one curve."""
+    a fresh out folder: training goes on at the committed step, with the learning-rate schedule where it was, one
+    curve, and CPU time that adds up across the two machines."""
+    import itertools
     import shutil
+    import time
+
+    clock = itertools.count()  # a CPU clock that advances one second per reading: one reading per step
+    monkeypatch.setattr(time, "process_time", lambda: float(next(clock)))
 
     from transformers import get_cosine_schedule_with_warmup
 
@@ -221,6 +226,7 @@ def test_a_committed_run_folder_continues_on_a_new_machine(tmp_path):
     train_drafter(fresh, Accelerator(cpu=True), target=target)
     rows = [json.loads(line) for line in (tmp_path / "new-machine" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == list(range(1, 13))  # the committed step 1, then 2..12: one curve
+    assert [round(r["cpu_hours"] * 3600) for r in rows] == list(range(1, 13))  # 1 s committed, then 1 s a step
     optimizer = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=cfg.lr)
     schedule = get_cosine_schedule_with_warmup(optimizer, 3, 12)
     expected = []
