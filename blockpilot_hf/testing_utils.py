@@ -572,3 +572,20 @@ def sample_counts(sample_one, seed: int) -> dict[tuple[int, ...], int]:
         seq = tuple(sample_one())
         counts[seq] = counts.get(seq, 0) + 1
     return counts
+
+
+def walk_favouring_drafted_children(tree, score, do_sample, generator=None):
+    """A wrong `accept_tree` for power checks: when the target's sample matches no child it takes the first child
+    anyway, over-weighting drafted tokens. A test of the sampling law must fail with it in place."""
+    from .decoding.acceptance import target_choice
+
+    committed, path, node = [], [], 0
+    while True:
+        token = target_choice(score(node, committed), do_sample, generator)
+        children = tree.children(node)
+        child = children.get(token, next(iter(children.values()), None))
+        if child is None:
+            return committed + [token], path
+        committed.append(tree.tokens[child - 1])
+        path.append(child)
+        node = child

@@ -27,6 +27,7 @@ from blockpilot_hf.testing_utils import (
     random_prompt,
     repetitive_prompt,
     sample_counts,
+    walk_favouring_drafted_children,
     warpers,
 )
 
@@ -155,24 +156,10 @@ def test_sampled_per_step_choice_follows_the_target_law(costs):
 
 def test_a_per_step_walk_that_favours_drafted_children_is_rejected():
     """Power check: the same test fails when the tree walk takes a drafted child the target did not sample."""
-    from blockpilot_hf.decoding import acceptance
-
-    def buggy(tree, score, do_sample, generator=None):
-        committed, path, node = [], [], 0
-        while True:
-            token = acceptance.target_choice(score(node, committed), do_sample, generator)
-            children = tree.children(node)
-            child = children.get(token, next(iter(children.values()), None))
-            if child is None:
-                return committed + [token], path
-            committed.append(tree.tokens[child - 1])
-            path.append(child)
-            node = child
-
     target, _ = law_pair()
     prompt = random_prompt(5, 4, vocab=LAW_VOCAB)
     law = exact_law(target, prompt, warpers(1.0, None, None))
-    with mock.patch.object(engine, "accept_tree", buggy):
+    with mock.patch.object(engine, "accept_tree", walk_favouring_drafted_children):
         counts = sample_counts(_sampled(FLAT, prompt), seed=1)
     assert g_test_p_value(counts, law) < LAW_ALPHA
 

@@ -26,6 +26,7 @@ from blockpilot_hf.testing_utils import (
     law_pair,
     random_prompt,
     sample_counts,
+    walk_favouring_drafted_children,
     warpers,
 )
 
@@ -125,7 +126,6 @@ def test_g_test_accepts_exact_samples_and_rejects_a_hotter_law():
 def test_rejection_sampling_that_resamples_from_p_instead_of_the_residual_is_rejected():
     """A classic bug (after a rejected draft, sample from p rather than norm(max(0, p - q))) over-weights the
     rejected draft; with the same seeds and the same test it must fail."""
-    from blockpilot_hf.decoding import acceptance
 
     def buggy(drafts, q, score, generator=None):
         committed = []
@@ -152,22 +152,10 @@ def test_a_tree_walk_that_favours_drafted_children_is_rejected():
     child anyway (over-weighting drafted tokens) must fail the same test."""
     from blockpilot_hf.decoding import tree as tree_module
 
-    def buggy(tree, score, do_sample, generator=None):
-        committed, path, node = [], [], 0
-        while True:
-            token = acceptance.target_choice(score(node, committed), do_sample, generator)
-            children = tree.children(node)
-            child = children.get(token, next(iter(children.values()), None))
-            if child is None:
-                return committed + [token], path
-            committed.append(tree.tokens[child - 1])
-            path.append(child)
-            node = child
-
     target, _ = law_pair()
     prompt = random_prompt(5, 4, vocab=LAW_VOCAB)
     law = exact_law(target, prompt, warpers(1.0, None, None))
     assert tree_module.accept_tree is engine.accept_tree  # the engine calls the walk we replace
-    with mock.patch.object(engine, "accept_tree", buggy):
+    with mock.patch.object(engine, "accept_tree", walk_favouring_drafted_children):
         counts = sample_counts(ours(prompt, 3, False, tree=4), seed=0)
     assert g_test_p_value(counts, law) < LAW_ALPHA
