@@ -34,7 +34,9 @@ def plot_training_curves(metrics_path: Path, out: Path) -> Path:
         style = {"linestyle": "--", "marker": "."} if source else {"marker": "o", "linewidth": 2}
         left.plot(*zip(*points, strict=True), label=f"b={size} {source}".strip(), **style)
     left.set(
-        xlabel="training minutes (wall clock)", ylabel="validation tau", title="tau on held-out answers (sampled-*: samples)"
+        xlabel="training minutes (wall clock)",
+        ylabel="validation tau",
+        title="tau on held-out answers (sampled-*: samples)",
     )
     if left.lines:  # no validation yet (a run stopped early)
         left.legend(fontsize=7)
