@@ -14,6 +14,7 @@ import json
 import random
 import re
 import sysconfig
+import textwrap
 import zlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -46,6 +47,7 @@ SPLITS: dict[str, dict[str, tuple[int, int | None, int]]] = {
     "pydocs": {"drafter": (0, None, 1)},
     "stdlib": {"drafter": (0, None, 1)},
     "stdlib-code": {"drafter": (0, None, 1)},
+    "stdlib-code-more": {"drafter": (0, None, 1)},
     "fortunes": {"drafter": (0, None, 1)},
 }
 
@@ -139,18 +141,38 @@ def _pydocs() -> list[Prompt]:
     ]
 
 
-def _stdlib_functions() -> list[tuple[ast.FunctionDef, list[str]]]:
-    """Every top-level function of the standard library's modules, with its module's source lines."""
-    functions = []
-    for path in sorted(Path(sysconfig.get_paths()["stdlib"]).glob("*.py")):
+def _stdlib_functions(
+    modules: str = "top", functions: bool = True, methods: bool = False
+) -> list[tuple[ast.FunctionDef, list[str]]]:
+    """Functions of the standard library, with their module's source lines: those defined at the top of its
+    modules (`functions`) and in their top-level classes (`methods`), in its top-level `.py` files (`modules="top"`)
+    or in its packages (`"packages"`; tests, IDLE and demos left out)."""
+    root = Path(sysconfig.get_paths()["stdlib"])
+    if modules == "top":
+        paths = sorted(root.glob("*.py"))
+    else:
+        paths = sorted(
+            p
+            for p in root.glob("*/**/*.py")
+            if not any(part.startswith(_STDLIB_SKIPPED) for part in p.relative_to(root).parts[:-1])
+        )
+    found = []
+    for path in paths:
         try:
             text = path.read_text(encoding="utf-8")
             tree = ast.parse(text)
         except (SyntaxError, UnicodeDecodeError):
             continue
         lines = text.splitlines()
-        functions += [(node, lines) for node in tree.body if isinstance(node, ast.FunctionDef)]
-    return functions
+        for node in tree.body:
+            if functions and isinstance(node, ast.FunctionDef):
+                found.append((node, lines))
+            if methods and isinstance(node, ast.ClassDef):
+                found += [(m, lines) for m in node.body if isinstance(m, ast.FunctionDef)]
+    return found
+
+
+_STDLIB_SKIPPED = ("test", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__")
 
 
 def _stdlib() -> list[Prompt]:
@@ -171,13 +193,27 @@ def _stdlib() -> list[Prompt]:
 
 def _stdlib_code() -> list[Prompt]:
     """Code-writing requests in HumanEval's format: a standard-library function's signature and docstring."""
+    return _code_prompts("stdlib-code", _stdlib_functions())
+
+
+def _stdlib_code_more() -> list[Prompt]:
+    """The same requests for the rest of the standard library: its top-level classes' methods and its packages'
+    functions and methods (none of them in `stdlib-code`)."""
+    rest = _stdlib_functions(functions=False, methods=True) + _stdlib_functions("packages", methods=True)
+    return _code_prompts("stdlib-code-more", rest)
+
+
+def _code_prompts(source: str, functions: list[tuple[ast.FunctionDef, list[str]]]) -> list[Prompt]:
+    """HumanEval-format prompts of the public, documented, 4-40 line `functions` (a method's stub dedented), in a
+    fixed shuffled order."""
     stubs = []
-    for node, lines in _stdlib_functions():
+    for node, lines in functions:
         doc = ast.get_docstring(node)
         if doc and len(doc) >= 40 and not node.name.startswith("_") and 4 <= node.end_lineno - node.lineno <= 40:
-            stubs.append("\n".join(lines[node.lineno - 1 : node.body[0].end_lineno]))
+            stub = "\n".join(lines[node.lineno - 1 : node.body[0].end_lineno])
+            stubs.append(textwrap.dedent(stub) if node.col_offset else stub)
     random.Random(0).shuffle(stubs)
-    return [Prompt("stdlib-code", f"stdlib-code/{i}", (HUMANEVAL_PREFIX + s + "\n```",)) for i, s in enumerate(stubs)]
+    return [Prompt(source, f"{source}/{i}", (HUMANEVAL_PREFIX + s + "\n```",)) for i, s in enumerate(stubs)]
 
 
 def _fortunes() -> list[Prompt]:
@@ -209,6 +245,7 @@ DATASETS: dict[str, Callable[[], list[Prompt]]] = {
     "pydocs": _pydocs,
     "stdlib": _stdlib,
     "stdlib-code": _stdlib_code,
+    "stdlib-code-more": _stdlib_code_more,
     "fortunes": _fortunes,
 }
 

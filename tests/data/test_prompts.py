@@ -87,14 +87,22 @@ def test_chat_template_second_turn_follows_the_models_answer_without_thinking():
     assert text.endswith("<|im_start|>assistant\n<think>\n\n</think>\n\n")
 
 
-def test_stdlib_code_prompts_are_humaneval_shaped_signatures_with_docstrings():
-    prompts = load_prompts("stdlib-code", "drafter")
+@pytest.mark.parametrize("source", ["stdlib-code", "stdlib-code-more"])
+def test_stdlib_code_prompts_are_humaneval_shaped_signatures_with_docstrings(source):
+    prompts = load_prompts(source, "drafter")
     assert len(prompts) > 300 and len({p.id for p in prompts}) == len(prompts)
     for prompt in prompts[:50]:
         assert prompt.text.startswith(HUMANEVAL_PREFIX) and prompt.text.endswith("\n```")
         stub = prompt.text.removeprefix(HUMANEVAL_PREFIX).removesuffix("\n```")
         (function,) = ast.parse(stub + "\n    pass").body  # the signature and docstring, no body
         assert ast.get_docstring(function) and len(function.body) == 2
+
+
+def test_more_stdlib_code_asks_for_other_functions_than_stdlib_code():
+    asked = {p.text for p in load_prompts("stdlib-code", "drafter")}
+    more = load_prompts("stdlib-code-more", "drafter")
+    assert len(more) > 2 * len(asked) and not asked & {p.text for p in more}
+    assert any("(self" in p.text for p in more)  # methods, dedented to a top-level def (checked above)
 
 
 def test_turn_ids_name_later_turns_and_map_back_to_their_chat():
