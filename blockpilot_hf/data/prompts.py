@@ -141,23 +141,21 @@ def _pydocs() -> list[Prompt]:
     ]
 
 
+_STDLIB_SKIPPED = ("test", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__")
+
+
 def _stdlib_functions(
-    modules: str = "top", functions: bool = True, methods: bool = False
+    packages: bool = False, functions: bool = True, methods: bool = False
 ) -> list[tuple[ast.FunctionDef, list[str]]]:
     """Functions of the standard library, with their module's source lines: those defined at the top of its
-    modules (`functions`) and in their top-level classes (`methods`), in its top-level `.py` files (`modules="top"`)
-    or in its packages (`"packages"`; tests, IDLE and demos left out)."""
+    modules (`functions`) and in their top-level classes (`methods`), in its top-level `.py` files or, with
+    `packages`, in its packages (tests, IDLE and demos left out)."""
     root = Path(sysconfig.get_paths()["stdlib"])
-    if modules == "top":
-        paths = sorted(root.glob("*.py"))
-    else:
-        paths = sorted(
-            p
-            for p in root.glob("*/**/*.py")
-            if not any(part.startswith(_STDLIB_SKIPPED) for part in p.relative_to(root).parts[:-1])
-        )
+    paths = sorted(root.glob("*/**/*.py" if packages else "*.py"))
     found = []
     for path in paths:
+        if any(part.startswith(_STDLIB_SKIPPED) for part in path.relative_to(root).parts[:-1]):
+            continue
         try:
             text = path.read_text(encoding="utf-8")
             tree = ast.parse(text)
@@ -170,9 +168,6 @@ def _stdlib_functions(
             if methods and isinstance(node, ast.ClassDef):
                 found += [(m, lines) for m in node.body if isinstance(m, ast.FunctionDef)]
     return found
-
-
-_STDLIB_SKIPPED = ("test", "idlelib", "turtledemo", "lib2to3", "site-packages", "__pycache__")
 
 
 def _stdlib() -> list[Prompt]:
@@ -199,7 +194,7 @@ def _stdlib_code() -> list[Prompt]:
 def _stdlib_code_more() -> list[Prompt]:
     """The same requests for the rest of the standard library: its top-level classes' methods and its packages'
     functions and methods (none of them in `stdlib-code`)."""
-    rest = _stdlib_functions(functions=False, methods=True) + _stdlib_functions("packages", methods=True)
+    rest = _stdlib_functions(functions=False, methods=True) + _stdlib_functions(packages=True, methods=True)
     return _code_prompts("stdlib-code-more", rest)
 
 
