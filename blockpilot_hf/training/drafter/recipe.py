@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 import functools
+import hashlib
 import json
 import logging
 import math
@@ -348,6 +349,7 @@ def train_drafter(cfg: DrafterTrainingConfig, accelerator, target=None) -> Path:
     schedule = get_cosine_schedule_with_warmup(optimizer, max(1, int(cfg.warmup * total_steps)), total_steps)
     drafter, optimizer, schedule = accelerator.prepare(drafter, optimizer, schedule)
     state = _resume(accelerator, out, cfg.init_from)
+    _check_same_data(state, train)
     if state.pop(
         "continued", False
     ):  # committed weights of an earlier run: its schedule and data order go on from there
@@ -513,6 +515,18 @@ def write_training_card(
     write_drafter_card(
         drafter, folder, training, results, table + "\n\n![training curve](training_curve.png)", cfg.target
     )
+
+
+def _check_same_data(state: dict, train: list[TrainingSequence]) -> None:
+    """Record the training sequences' fingerprint in a new run's state; refuse to resume one whose `--data` now
+    holds other sequences, which would silently change what every later step visits (e.g. a data file that grew)."""
+    digest = hashlib.sha256("".join(f"{s.id}\t{s.kind}\t{len(s.tokens)}\n" for s in train).encode()).hexdigest()[:16]
+    if state.setdefault("data", digest) != digest:
+        raise ValueError(
+            f"--data holds other training sequences than when this run started ({len(train)} now; fingerprint "
+            f"{digest}, the run's {state['data']}). Resume with the same files as then, or start a new run from "
+            "this one's weights: a new --out with --init-from <out>/checkpoint/drafter."
+        )
 
 
 def _checkpoint(accelerator, out: Path, state: dict) -> None:

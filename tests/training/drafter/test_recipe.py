@@ -200,6 +200,20 @@ def test_an_interrupted_run_resumes_its_learning_rate_schedule(tmp_path):
     assert lrs == pytest.approx(expected) and lrs[-1] == 0.0 and max(lrs) == pytest.approx(cfg.lr)
 
 
+def test_a_run_refuses_to_resume_on_other_data(tmp_path):
+    """A data file that grew between sessions would silently change every later step's sequences: resuming
+    with other data stops with an error that says how to go on, while the same data resumes (test above)."""
+    target = tiny_target(dtype=torch.float32)
+    data = target_answers_file(tmp_path, target, n=4)
+    cfg = tiny_training_config(data, tmp_path / "run", anchors_per_sequence=4, epochs=2, max_minutes=1e-9)
+    train_drafter(cfg, Accelerator(cpu=True), target=target)
+    assert "data" in json.loads((tmp_path / "run" / "checkpoint" / "progress.json").read_text())
+    target_answers_file(tmp_path, target, n=5)  # the same file, one row longer
+    cfg.max_minutes = 0.0
+    with pytest.raises(ValueError, match=r"other training sequences .*--init-from <out>/checkpoint/drafter"):
+        train_drafter(cfg, Accelerator(cpu=True), target=target)
+
+
 def test_a_committed_run_folder_continues_on_a_new_machine(tmp_path, monkeypatch):
     """What a session commits (the checkpoint's drafter, progress.json, metrics.jsonl), given as --init-from to
     a fresh out folder: training goes on at the committed step, with the learning-rate schedule where it was, one
