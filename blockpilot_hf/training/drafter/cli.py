@@ -36,7 +36,8 @@ def resolve_mixed_precision(value: str) -> str:
     """`auto` -> bf16 where the training device computes bfloat16 natively, else no (full float32).
 
     A CPU without AVX512-BF16 or AMX emulates bfloat16 matrix products: measured on a 2-core AVX2 EPYC, one
-    target pass over 600 tokens took 9.5 s under bf16 autocast against 1.7 s in float32.
+    target pass over 600 tokens took 9.5 s under bf16 autocast against 1.7 s in float32; on a 2-core EPYC with
+    AVX512-BF16, 0.78 s against 1.27 s (medians of 5, interleaved).
     """
     if value != "auto":
         return value
