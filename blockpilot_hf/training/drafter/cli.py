@@ -37,7 +37,7 @@ def resolve_mixed_precision(value: str) -> str:
 
     A CPU without AVX512-BF16 or AMX emulates bfloat16 matrix products: measured on a 2-core AVX2 EPYC, one
     target pass over 600 tokens took 9.5 s under bf16 autocast against 1.7 s in float32; on a 2-core EPYC with
-    AVX512-BF16, 0.78 s against 1.27 s (medians of 5, interleaved).
+    AVX512-BF16, 0.78 s against 1.27 s (`benchmarks/autocast_cost.py`).
     """
     if value != "auto":
         return value
