@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
-from blockpilot_hf.constants import EMBEDDED_DRAFTER_DIR
 from blockpilot_hf.drafter import DFlashDrafter
+from blockpilot_hf.embedded import resolve_drafter
 from blockpilot_hf.training.drafter.recipe import (
     DrafterTrainingConfig,
     frequent_tokens,
@@ -33,7 +33,7 @@ def main() -> None:
     parser.add_argument("--sizes", default="16384,0", help="draft vocabulary sizes to write (0 = the full vocabulary)")
     parser.add_argument("--out", default="runs/draft-vocab", help="folder for the copies (v<N>/ and full/)")
     args = parser.parse_args()
-    folder = Path(EMBEDDED_DRAFTER_DIR if args.drafter == "embedded" else args.drafter)
+    folder = resolve_drafter(args.drafter)
     drafter = DFlashDrafter.from_pretrained(folder)
     cfg = DrafterTrainingConfig(**json.loads((folder / "training_config.json").read_text()))
     train, _ = validation_split(load_sequences(cfg.data), cfg.val_percent, cfg.val_sequences)
