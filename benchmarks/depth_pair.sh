@@ -3,21 +3,26 @@
 #
 #   bash benchmarks/depth_pair.sh [MINUTES]   # default 25; prints both forks' last validation record
 #
-# Both forks continue the committed run (training_data/smollm2-135m/drafter-run: its weights, step count,
-# learning-rate schedule and data order) with the run's own recipe; the depth-3 fork grows a third layer whose
-# output projections start at zero, so at its first step it drafts exactly what the depth-2 checkpoint does.
+# Both forks continue the committed run (training_data/smollm2-135m/drafter-run, or INIT: its weights, step count,
+# learning-rate schedule and data order) with the run's own data and learning rate, read from its
+# training_config.json; the depth-3 fork grows a third layer whose output projections start at zero, so at its
+# first step it drafts exactly what the depth-2 checkpoint does. (The committed depth-pair.json forked the first
+# phase's step 1600, the folder of commit 0b7b777, with this script as of d744506.)
 # Each fork gets one core to itself (taskset, one torch thread) for the same wall-clock minutes, so each gets the
 # same CPU time: the deeper drafter pays for its extra layer in fewer steps. Both end with a validation pass.
-# They read the target's features from FEATURES (default: the long run's cache), so pause that run first
-# (`pkill -STOP -f train-drafter`) and let it have computed the features of the steps the forks will visit;
-# a missing feature is computed by the fork that needs it, which costs it time. Forks go to $OUT/depth-{2,3}.
+# They read the target's features from FEATURES (default: the long run's cache, its config's `out`), so pause
+# that run first (`pkill -STOP -f train-drafter`) and let it have computed the features of the steps the forks
+# will visit; a missing feature is computed by the fork that needs it, which costs it time. Forks go to
+# $OUT/depth-{2,3}.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 MINUTES=${1:-25}
 INIT=${INIT:-training_data/smollm2-135m/drafter-run}
 OUT=${OUT:-$HOME/.cache/blockpilot_hf/depth-pair}
-FEATURES=${FEATURES:-$HOME/.cache/blockpilot_hf/drafter-run/features}
-D=training_data/smollm2-135m
+config() {  # config KEY: the committed run's setting (a list joined by commas)
+    python3 -c "import json; v = json.load(open('$INIT/training_config.json'))['$1']; print(','.join(v) if isinstance(v, list) else v)"
+}
+FEATURES=${FEATURES:-$(config out)/features}
 # --max-minutes counts the run's whole wall clock, the committed run's included.
 BEFORE=$(python3 -c "import json; print(json.load(open('$INIT/progress.json'))['elapsed'] / 60)")
 LIMIT=$(python3 -c "print($BEFORE + $MINUTES)")
@@ -27,10 +32,11 @@ fork() {  # fork DEPTH CORE
     rm -rf "$out" && mkdir -p "$out"
     [[ -d $FEATURES ]] && ln -s "$FEATURES" "$out/features"
     OMP_NUM_THREADS=1 taskset -c "$2" blockpilot train-drafter --target smollm2 \
-        --data $D/answers.jsonl,$D/chat.jsonl,$D/sampled-t1.jsonl --out "$out" --init-from "$INIT" \
+        --data "$(config data)" --out "$out" --init-from "$INIT" \
         --num-layers "$1" --num-context-layers 4 --block-size 8 --anchors-per-sequence 48 --gamma 4 \
-        --loss-vocab-size 8192 --lr 2e-4 --warmup 0.02 --epochs 3 --sequences-per-step 8 --save-dtype bfloat16 \
-        --distill-weight 0.5 --val-every 100000 --save-every 100000 --max-minutes "$LIMIT" >"$out.log" 2>&1
+        --loss-vocab-size 8192 --lr "$(config lr)" --warmup "$(config warmup)" --epochs "$(config epochs)" \
+        --sequences-per-step 8 --save-dtype bfloat16 --distill-weight 0.5 --val-every 100000 --save-every 100000 \
+        --max-minutes "$LIMIT" >"$out.log" 2>&1
 }
 fork 2 0 &
 fork 3 1 &
