@@ -4,7 +4,7 @@
 #   bash benchmarks/depth_pair.sh [MINUTES]   # default 25; prints both forks' last validation record
 #
 # Both forks continue the committed run (training_data/smollm2-135m/drafter-run, or INIT: its weights, step count,
-# learning-rate schedule and data order) with the run's own data and learning rate, read from its
+# learning-rate schedule and data order) with the run's own data and recipe, read from its
 # training_config.json; the depth-3 fork grows a third layer whose output projections start at zero, so at its
 # first step it drafts exactly what the depth-2 checkpoint does. (The committed depth-pair.json forked the first
 # phase's step 1600, the folder of commit 0b7b777, with this script as of d744506.)
@@ -33,10 +33,12 @@ fork() {  # fork DEPTH CORE
     [[ -d $FEATURES ]] && ln -s "$FEATURES" "$out/features"
     OMP_NUM_THREADS=1 taskset -c "$2" blockpilot train-drafter --target smollm2 \
         --data "$(config data)" --out "$out" --init-from "$INIT" \
-        --num-layers "$1" --num-context-layers 4 --block-size 8 --anchors-per-sequence 48 --gamma 4 \
-        --loss-vocab-size 8192 --lr "$(config lr)" --warmup "$(config warmup)" --epochs "$(config epochs)" \
-        --sequences-per-step 8 --save-dtype bfloat16 --distill-weight 0.5 --val-every 100000 --save-every 100000 \
-        --max-minutes "$LIMIT" >"$out.log" 2>&1
+        --num-layers "$1" --num-context-layers "$(config num_context_layers)" --block-size "$(config block_size)" \
+        --anchors-per-sequence "$(config anchors_per_sequence)" --gamma "$(config gamma)" \
+        --loss-vocab-size "$(config loss_vocab_size)" --distill-weight "$(config distill_weight)" \
+        --lr "$(config lr)" --warmup "$(config warmup)" --epochs "$(config epochs)" \
+        --sequences-per-step "$(config sequences_per_step)" --save-dtype "$(config save_dtype)" \
+        --val-every 100000 --save-every 100000 --max-minutes "$LIMIT" >"$out.log" 2>&1
 }
 fork 2 0 &
 fork 3 1 &
